@@ -1,0 +1,51 @@
+"""wakeful's store: the correctness core. It never imports celery, redis or kombu.
+
+Every wake-up of an always-on agent is an event in a durable inbox keyed
+(inbox, source, source_id); a lease with a generation fences every write a worker makes;
+timers, approvals and the outbox are bookkeeping around that table, decided inside the
+database in short transactions. See DESIGN.md section 4 for the contract.
+"""
+
+from .records import (
+    AT_LEAST_ONCE,
+    AT_MOST_ONCE,
+    Approval,
+    ApprovalRequest,
+    Event,
+    Fired,
+    InboxStatus,
+    InvalidEvent,
+    Lease,
+    Message,
+    Outcome,
+    OutboxRow,
+    OutgoingMessage,
+    Rejection,
+    Run,
+    Timer,
+    TimerRow,
+)
+from .settings import StoreSettings
+from .store import Store
+
+__all__ = [
+    "AT_LEAST_ONCE",
+    "AT_MOST_ONCE",
+    "Approval",
+    "ApprovalRequest",
+    "Event",
+    "Fired",
+    "InboxStatus",
+    "InvalidEvent",
+    "Lease",
+    "Message",
+    "Outcome",
+    "OutboxRow",
+    "OutgoingMessage",
+    "Rejection",
+    "Run",
+    "Store",
+    "StoreSettings",
+    "Timer",
+    "TimerRow",
+]

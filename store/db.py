@@ -1,0 +1,124 @@
+"""Engines, transactions and the one clock.
+
+SQLite: every transaction begins ``IMMEDIATE`` (a transaction that may write must take the
+write lock up front, or the busy timeout is skipped on the read-to-write upgrade), the file is
+in WAL mode, and a busy timeout makes writers queue instead of failing.
+
+PostgreSQL: READ COMMITTED; per-inbox decisions serialize on the inbox row
+(``SELECT ... FOR UPDATE``). ``idle_in_transaction_session_timeout`` bounds the damage of a
+client that stalls inside a transaction, and ``pool_pre_ping`` lets pooled connections
+survive a database restart.
+
+Time is integer seconds. ``now=None`` means the database's clock: ``clock_timestamp()`` on
+PostgreSQL (the real time, not the transaction's start that ``now()`` returns), read after
+the inbox row is locked so a wait for the lock is never counted in a worker's favour.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Engine, Insert, Table, create_engine, event, literal, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+_PG_NOW = "floor(extract(epoch FROM clock_timestamp()))::bigint"
+_SQLITE_NOW = "CAST(strftime('%s', 'now') AS INTEGER)"
+
+
+def create(url: str, *, pool_size: int = 2) -> Engine:
+    """An engine for ``sqlite:///path`` or ``postgresql+psycopg://...``.
+
+    Create it in the process that uses it (after a prefork fork, never before): a
+    connection inherited across ``fork`` corrupts the protocol stream.
+    """
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(url, parsed.database)
+    if parsed.get_backend_name() == "postgresql":
+        if parsed.drivername == "postgresql":
+            url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+        return create_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=4,
+            pool_pre_ping=True,
+            pool_recycle=1800,
+            connect_args={
+                "options": "-c idle_in_transaction_session_timeout=60000",
+                "application_name": "wakeful",
+            },
+        )
+    raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: "
+                     "use sqlite:///path or postgresql+psycopg://...")
+
+
+def _sqlite_engine(url: str, path: str | None) -> Engine:
+    if path and path != ":memory:":
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+        # Let SQLAlchemy's "begin" hook below issue BEGIN; pysqlite's own would be DEFERRED.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):  # type: ignore[no-untyped-def]
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_postgres(engine_or_conn: Engine | Connection) -> bool:
+    return engine_or_conn.dialect.name == "postgresql"
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Connection]:
+    """One short transaction: COMMIT on success, ROLLBACK on any error."""
+    with engine.begin() as conn:
+        yield conn
+
+
+def clock(conn: Connection, now: int | None) -> int:
+    """``now`` if the caller passed one (tests), else the database's clock."""
+    if now is not None:
+        return int(now)
+    return int(conn.execute(text("SELECT " + _now_sql(conn))).scalar_one())
+
+
+def clock_expr(conn: Connection, now: int | None) -> ColumnElement[int]:
+    """``now`` as a bound value, or the database's clock evaluated inside the statement
+    (saves a round trip where nothing else in the transaction needs the value)."""
+    if now is not None:
+        return literal(int(now))
+    return text(_now_sql(conn))  # type: ignore[return-value]
+
+
+def _now_sql(conn: Connection) -> str:
+    return _PG_NOW if is_postgres(conn) else _SQLITE_NOW
+
+
+def insert(conn: Connection, table: Table) -> Insert:
+    """The dialect's INSERT, which knows ``ON CONFLICT`` (both engines speak it)."""
+    return (pg_insert if is_postgres(conn) else sqlite_insert)(table)
+
+
+def upsert(conn: Connection, table: Table, values: dict[str, Any], conflict_on: list[str]) -> None:
+    """Insert ``values``, or overwrite every other column of the row that has the same key."""
+    stmt = insert(conn, table).values(**values)
+    update = {c: stmt.excluded[c] for c in values if c not in conflict_on}
+    conn.execute(stmt.on_conflict_do_update(index_elements=conflict_on, set_=update))

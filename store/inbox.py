@@ -1,0 +1,115 @@
+"""The inbox: every wake-up is an event keyed (inbox, source, source_id), stored once.
+
+Also the operator's side of the inbox: dead events, requeue, retention, and the record of
+input that was refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, select, update
+
+from . import leases, validate
+from .db import clock_expr, insert
+from .records import Event, Rejection
+from .tables import events, inboxes, rejected
+
+EVENT_COLUMNS = (
+    events.c.id,
+    events.c.inbox,
+    events.c.source,
+    events.c.source_id,
+    events.c.payload,
+    events.c.status,
+    events.c.attempts,
+    events.c.error,
+    events.c.created,
+    events.c.claim_gen,
+)
+
+
+def to_event(row: Any) -> Event:
+    return Event(*(row._mapping[c.name] for c in EVENT_COLUMNS))
+
+
+def insert_event(conn: Connection, inbox: str, source: str, source_id: str, payload: dict[str, Any],
+                 now: int | None) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING: True if stored, False for a duplicate key."""
+    stored = conn.execute(
+        insert(conn, events)
+        .values(inbox=inbox, source=source, source_id=source_id, payload=payload,
+                created=clock_expr(conn, now))
+        .on_conflict_do_nothing(index_elements=["inbox", "source", "source_id"])
+        .returning(events.c.id)
+    ).scalar()
+    return stored is not None
+
+
+def events_of(conn: Connection, inbox: str, status: str | None = None) -> list[Event]:
+    query = select(*EVENT_COLUMNS).where(events.c.inbox == inbox)
+    if status is not None:
+        query = query.where(events.c.status == status)
+    return [to_event(r) for r in conn.execute(query.order_by(events.c.id))]
+
+
+def dead(conn: Connection, inbox: str | None) -> list[Event]:
+    query = select(*EVENT_COLUMNS).where(events.c.status == "dead")
+    if inbox is not None:
+        query = query.where(events.c.inbox == inbox)
+    return [to_event(r) for r in conn.execute(query.order_by(events.c.id))]
+
+
+def requeue(conn: Connection, event_id: int) -> Event | None:
+    """A dead event back to pending with its attempts reset. Returns it, or None if there
+    was no dead event with that id."""
+    found = conn.execute(select(events.c.inbox).where(events.c.id == event_id)).scalar()
+    if found is None:
+        return None
+    leases.lock(conn, found)  # serialize with claims of that inbox
+    row = conn.execute(
+        update(events)
+        .where(events.c.id == event_id, events.c.status == "dead")
+        .values(status="pending", attempts=0, error=None, not_before=0, finished=None, claim_gen=None)
+        .returning(*EVENT_COLUMNS)
+    ).one_or_none()
+    return to_event(row) if row is not None else None
+
+
+def record_rejection(conn: Connection, origin: str, reason: str, inbox: Any, source: Any, source_id: Any,
+                     excerpt: Any, now: int | None) -> None:
+    def bounded(value: Any, limit: int) -> str | None:
+        return None if value is None else validate.excerpt(value if isinstance(value, (str, bytes)) else repr(value), limit)
+
+    conn.execute(
+        rejected.insert().values(
+            received=clock_expr(conn, now),
+            origin=bounded(origin, 64) or "unknown",
+            reason=bounded(reason, 2000) or "invalid",
+            inbox=bounded(inbox, 128),
+            source=bounded(source, 64),
+            source_id=bounded(source_id, 256),
+            excerpt=None if excerpt is None else validate.excerpt(excerpt),
+        )
+    )
+
+
+def rejections(conn: Connection, limit: int) -> list[Rejection]:
+    rows = conn.execute(select(rejected).order_by(rejected.c.id.desc()).limit(limit))
+    return [Rejection(**r._mapping) for r in rows]
+
+
+def sweep_candidates(conn: Connection, now: int, limit: int) -> list[str]:
+    """Inboxes with work and no live lease: pending events past their backoff, or events
+    left running by a worker whose lease lapsed. These are the inboxes whose doorbell was
+    lost, duplicated away or never rung."""
+    live_lease = select(inboxes.c.inbox).where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= now)
+    ready = and_(events.c.status == "pending", events.c.not_before <= now)
+    query = (
+        select(events.c.inbox)
+        .where(ready | (events.c.status == "running"), ~live_lease.exists())
+        .group_by(events.c.inbox)
+        .order_by(func.min(events.c.id))
+        .limit(limit)
+    )
+    return list(conn.execute(query).scalars())

@@ -1,0 +1,98 @@
+"""One worker per inbox: a lease with a generation (fencing token).
+
+Four short statements, River's shape plus a generation: take (or renew), renew only if still
+mine, resign, and the check every fenced write makes. The inbox row is locked
+(``SELECT ... FOR UPDATE``) first and the clock read after, so concurrent decisions about
+one inbox serialize on that row and expiry is judged on the database's clock alone.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Row, and_, exists, or_, select, update
+
+from . import counters
+from .db import clock, insert
+from .settings import StoreSettings
+from .tables import events, inboxes
+
+
+def lock(conn: Connection, inbox: str) -> Row | None:
+    """Lock this inbox's row for the rest of the transaction (a no-op lock on SQLite,
+    where BEGIN IMMEDIATE already serializes writers)."""
+    return conn.execute(
+        select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent)
+        .where(inboxes.c.inbox == inbox)
+        .with_for_update()
+    ).one_or_none()
+
+
+def lock_or_create(conn: Connection, inbox: str) -> Row:
+    row = lock(conn, inbox)
+    if row is None:
+        conn.execute(
+            insert(conn, inboxes).values(inbox=inbox).on_conflict_do_nothing(index_elements=["inbox"])
+        )
+        row = lock(conn, inbox)
+    assert row is not None
+    return row
+
+
+def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> int | None:
+    row = lock_or_create(conn, inbox)
+    now = clock(conn, now)
+    if row.holder == holder and row.lease_until >= now:
+        generation = row.generation  # renewal by the live holder keeps its generation
+    elif row.lease_until < now:
+        generation = row.generation + 1  # takeover of an expired or released lease
+        if row.holder is not None:
+            counters.bump(conn, counters.LEASE_TAKEOVERS)
+    else:
+        return None  # someone else holds a live lease
+    conn.execute(
+        update(inboxes)
+        .where(inboxes.c.inbox == inbox)
+        .values(holder=holder, generation=generation, lease_until=now + s.lease_ttl)
+    )
+    return generation
+
+
+def holds(conn: Connection, inbox: str, holder: str, generation: int, now: int | None) -> int | None:
+    """Lock the inbox and return the database's now if (holder, generation) holds a live
+    lease, else None. Every fenced write starts here, in its own transaction."""
+    row = lock(conn, inbox)
+    now = clock(conn, now)
+    if row is None or row.holder != holder or row.generation != generation or row.lease_until < now:
+        return None
+    return now
+
+
+def renew(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int, now: int | None) -> bool:
+    now = holds(conn, inbox, holder, generation, now)
+    if now is None:
+        return False
+    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(lease_until=now + s.lease_ttl))
+    return True
+
+
+def release(conn: Connection, inbox: str, holder: str, generation: int, now: int | None) -> bool:
+    """Resign, unless claimable work remains: an event ingested after the last claim rang a
+    doorbell that found the lease held, so the holder must take it (the lost wake-up)."""
+    now = holds(conn, inbox, holder, generation, now)
+    if now is None or has_claimable(conn, inbox, generation, now):
+        return False
+    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(holder=None, lease_until=0))
+    return True
+
+
+def claimable(inbox: str, generation: int | None, now: int):  # type: ignore[no-untyped-def]
+    """Events a claim by ``generation`` would take now (or turn dead): pending past their
+    backoff, or left running by an older generation."""
+    pending = and_(events.c.status == "pending", events.c.not_before <= now)
+    if generation is None:
+        return and_(events.c.inbox == inbox, pending)
+    orphaned = and_(events.c.status == "running", events.c.claim_gen < generation)
+    return and_(events.c.inbox == inbox, or_(pending, orphaned))
+
+
+def has_claimable(conn: Connection, inbox: str, generation: int, now: int) -> bool:
+    return bool(conn.execute(select(exists().where(claimable(inbox, generation, now)))).scalar())

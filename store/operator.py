@@ -1,0 +1,96 @@
+"""What an operator reads in the morning, and retention.
+
+Read-only views across the rules, plus ``purge``: payloads of finished events go after the
+retention period, but their dedupe keys stay for the dedupe window so a sender's late
+redelivery is still refused.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Engine, delete, func, select, update
+
+from . import approvals as approval_rules
+from .db import clock, transaction
+from .records import InboxStatus, Run
+from .settings import StoreSettings
+from .tables import approvals, events, inboxes, outbox, rejected, runs, timers
+
+PURGE_BATCH = 5000  # rows per transaction: retention never holds a long lock
+
+
+def status(conn: Connection, inbox: str, now: int) -> InboxStatus:
+    lease = conn.execute(select(inboxes).where(inboxes.c.inbox == inbox)).one_or_none()
+    counts = dict(
+        conn.execute(
+            select(events.c.status, func.count()).where(events.c.inbox == inbox).group_by(events.c.status)
+        ).all()
+    )
+    oldest = conn.execute(
+        select(func.min(events.c.created)).where(events.c.inbox == inbox, events.c.status == "pending")
+    ).scalar()
+    next_due = conn.execute(
+        select(func.min(timers.c.due)).where(timers.c.inbox == inbox, ~timers.c.done)
+    ).scalar()
+    held = conn.execute(
+        select(func.count()).where(outbox.c.inbox == inbox, outbox.c.sent_at.is_(None))
+    ).scalar_one()
+    live = lease is not None and lease.holder is not None and lease.lease_until >= now
+    return InboxStatus(
+        inbox=inbox,
+        holder=lease.holder if live else None,
+        generation=lease.generation if lease is not None else 0,
+        lease_expires_in=lease.lease_until - now if live else None,
+        pending=counts.get("pending", 0),
+        running=counts.get("running", 0),
+        done=counts.get("done", 0),
+        dead=counts.get("dead", 0),
+        oldest_pending_age=now - oldest if oldest is not None else None,
+        next_timer_due=next_due,
+        held_messages=held,
+        last_sent=lease.last_sent if lease is not None else None,
+        pending_approvals=len(approval_rules.view(conn, inbox, pending_only=True)),
+    )
+
+
+def run_log(conn: Connection, inbox: str, limit: int) -> list[Run]:
+    rows = conn.execute(select(runs).where(runs.c.inbox == inbox).order_by(runs.c.id.desc()).limit(limit))
+    return [
+        Run(r.id, r.inbox, r.generation, r.holder, r.started, r.finished, r.outcome, tuple(r.event_ids), r.error)
+        for r in reversed(rows.all())
+    ]
+
+
+def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) -> dict[str, int]:
+    """Retention, in short batches. Returns how many rows each step touched."""
+    if not isinstance(older_than, int) or older_than < 0:
+        raise ValueError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
+    with transaction(engine) as conn:
+        now = clock(conn, now)
+    cutoff = now - older_than
+    key_cutoff = now - max(older_than, s.dedupe_window)
+    finished = events.c.status.in_(("done", "dead"))
+    counts = {
+        "payloads": _in_batches(engine, events, events.c.id, finished & (events.c.finished < cutoff)
+                                & events.c.payload.is_not(None), {"payload": None}),
+        "events": _in_batches(engine, events, events.c.id, finished & (events.c.finished < key_cutoff)),
+        "messages": _in_batches(engine, outbox, outbox.c.id, outbox.c.sent_at < cutoff),
+        "runs": _in_batches(engine, runs, runs.c.id, runs.c.finished < cutoff),
+        "rejected": _in_batches(engine, rejected, rejected.c.id, rejected.c.received < cutoff),
+    }
+    with transaction(engine) as conn:
+        counts["timers"] = conn.execute(
+            delete(timers).where(timers.c.done, timers.c.due < cutoff)).rowcount
+        counts["approvals"] = conn.execute(delete(approvals).where(approvals.c.deadline < key_cutoff)).rowcount
+    return counts
+
+
+def _in_batches(engine: Engine, table, key, where, values=None) -> int:  # type: ignore[no-untyped-def]
+    total = 0
+    while True:
+        with transaction(engine) as conn:
+            batch = select(key).where(where).limit(PURGE_BATCH).scalar_subquery()
+            stmt = update(table).values(**values) if values else delete(table)
+            n = conn.execute(stmt.where(key.in_(batch))).rowcount
+        total += n
+        if n < PURGE_BATCH:
+            return total

@@ -1,0 +1,197 @@
+"""The record types the store hands out and takes in.
+
+Plain frozen dataclasses: they carry no connection and no behaviour, so callers can keep them,
+compare them and serialise them (``dataclasses.asdict``) without touching the database.
+All times are integer seconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+EventStatus = Literal["pending", "running", "done", "dead"]
+Misfire = Literal["coalesce", "each"]
+Delivery = Literal["at-least-once", "at-most-once"]
+
+AT_LEAST_ONCE: Delivery = "at-least-once"
+AT_MOST_ONCE: Delivery = "at-most-once"
+
+
+class InvalidEvent(ValueError):
+    """Input the store refuses; the message says what is wrong. Nothing was stored."""
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    inbox: str
+    source: str
+    source_id: str
+    payload: dict[str, Any] | None
+    status: EventStatus
+    attempts: int  # includes the current claim: 1 on a first run
+    error: str | None = None
+    created: int | None = None
+    claim_gen: int | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    """Something the agent wants to say. Urgent messages bypass the outbox gap."""
+
+    body: str
+    urgent: bool = False
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A deferred action: the run ends; the answer (or its expiry) comes back as an event."""
+
+    request_id: str
+    action: str
+    expires_in: int
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A timer a run asks for. ``due`` is absolute; ``after`` is seconds from the finish.
+
+    With neither, a recurring timer's first occurrence is the next one after the finish.
+    """
+
+    timer_id: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    due: int | None = None
+    after: int | None = None
+    every: int | None = None
+    cron: str | None = None
+    tz: str = "UTC"
+    key: tuple[str, str] | None = None
+    misfire: Misfire = "coalesce"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run produces. Applied inside the fenced ``finish``: all of it or none of it.
+
+    ``memory`` writes are upserts; a value of ``None`` deletes the key.
+    """
+
+    messages: list[str | Message] = field(default_factory=list)
+    approvals: list[ApprovalRequest] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    inbox: str
+    body: str
+    urgent: bool
+    created: int
+    sent_at: int | None
+    dispatch_key: str | None = None
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    """One merged message handed to a channel's ``send``.
+
+    ``key`` is stable across resends of the same rows, so a channel can pass it on as an
+    idempotency key and the receiver can drop the duplicate of an at-least-once resend.
+    """
+
+    inbox: str
+    key: str
+    body: str
+    urgent: bool
+    message_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TimerRow:
+    id: str
+    inbox: str
+    due: int
+    every: int | None
+    cron: str | None
+    tz: str | None
+    misfire: Misfire
+    payload: dict[str, Any]
+    key: tuple[str, str] | None
+    done: bool
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One timer occurrence turned into an inbox event by ``run_scheduler``."""
+
+    inbox: str
+    timer_id: str
+    source: str
+    source_id: str
+    stored: bool  # False when the key was already there (a replay)
+
+
+@dataclass(frozen=True)
+class Approval:
+    inbox: str
+    request_id: str
+    action: str
+    deadline: int
+    created: int
+    answer: str | None  # yes / no / expired once an event stands, else None (pending)
+
+
+@dataclass(frozen=True)
+class Lease:
+    inbox: str
+    holder: str | None
+    generation: int
+    until: int  # 0 once released
+
+
+@dataclass(frozen=True)
+class InboxStatus:
+    inbox: str
+    holder: str | None
+    generation: int
+    lease_expires_in: int | None  # None when nobody holds a live lease
+    pending: int
+    running: int
+    done: int
+    dead: int
+    oldest_pending_age: int | None
+    next_timer_due: int | None
+    held_messages: int
+    last_sent: int | None
+    pending_approvals: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """One committed finish: the run log that lets a checker prove runs never overlapped."""
+
+    id: int
+    inbox: str
+    generation: int
+    holder: str
+    started: int
+    finished: int
+    outcome: str  # "done" or "error"
+    event_ids: tuple[int, ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Rejection:
+    id: int
+    received: int
+    origin: str  # "task", "http:/hooks/github", ...
+    reason: str
+    inbox: str | None
+    source: str | None
+    source_id: str | None
+    excerpt: str | None

@@ -1,0 +1,167 @@
+"""A run: claim a batch under the lease, then finish it in one fenced transaction.
+
+The rules of the claim come from the article: attempts are counted when an event is claimed
+(a worker that crashes never records a failure), rows left running by an older generation go
+back to pending (their worker lost the lease), events at the attempt cap are parked dead,
+and a retried event is claimed alone so a poison event cannot drag healthy ones down.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, and_, case, delete, select, update
+
+from . import approvals, counters, leases, timers, validate
+from .inbox import EVENT_COLUMNS, to_event
+from .db import upsert
+from .records import Event, InvalidEvent, Message, Outcome
+from .settings import StoreSettings
+from .tables import events, memory, outbox, runs
+
+def claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int, now: int | None) -> list[Event]:
+    now = leases.holds(conn, inbox, holder, generation, now)
+    if now is None:
+        return []
+    mine = events.c.inbox == inbox
+    conn.execute(
+        update(events)
+        .where(mine, events.c.status == "running", events.c.claim_gen < generation)
+        .values(status="pending")
+    )
+    conn.execute(
+        update(events)
+        .where(mine, events.c.status == "pending", events.c.attempts >= s.max_attempts)
+        .values(
+            status="dead",
+            finished=now,
+            error=case(
+                (events.c.error.is_(None), f"too many attempts: claimed {s.max_attempts} times without a finish"),
+                else_=f"too many attempts ({s.max_attempts}); last error: " + events.c.error,
+            ),
+        )
+    )
+    ready = leases.claimable(inbox, None, now)
+    retry = conn.execute(
+        select(events.c.id).where(ready, events.c.attempts > 0).order_by(events.c.id).limit(1)
+    ).scalar()
+    if retry is not None:
+        batch = select(events.c.id).where(events.c.id == retry)
+    else:
+        batch = select(events.c.id).where(ready).order_by(events.c.id).limit(s.batch_limit)
+    rows = conn.execute(
+        update(events)
+        .where(events.c.id.in_(batch.scalar_subquery()))
+        .values(status="running", attempts=events.c.attempts + 1, claim_gen=generation, claimed_at=now)
+        .returning(*EVENT_COLUMNS)
+    ).all()
+    return sorted((to_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
+
+
+def finish(
+    conn: Connection,
+    s: StoreSettings,
+    inbox: str,
+    holder: str,
+    generation: int,
+    event_ids: Iterable[int],
+    outcome: Outcome | None,
+    error: str | None,
+    now: int | None,
+) -> bool:
+    ids = sorted(set(event_ids))
+    if error is not None:
+        error = validate.excerpt(error, 4000) or "error"
+    now = leases.holds(conn, inbox, holder, generation, now)
+    if now is None:
+        counters.bump(conn, counters.STALE_FINISHES_REFUSED)
+        return False
+    mine = conn.execute(
+        select(events.c.id, events.c.attempts, events.c.claimed_at).where(
+            events.c.id.in_(ids),
+            events.c.inbox == inbox,
+            events.c.status == "running",
+            events.c.claim_gen == generation,
+        )
+    ).all()
+    if ids and not mine:
+        return False  # already finished (a retried finish after an ambiguous commit) or reclaimed
+    mine_ids = [r.id for r in mine]
+    if error is None:
+        conn.execute(
+            update(events).where(events.c.id.in_(mine_ids)).values(status="done", finished=now, error=None)
+        )
+        apply_outcome(conn, s, inbox, outcome or Outcome(), now)
+    else:
+        _fail(conn, s, mine, error, now)
+    started = min((r.claimed_at for r in mine if r.claimed_at is not None), default=now)
+    conn.execute(
+        runs.insert().values(
+            inbox=inbox,
+            generation=generation,
+            holder=holder,
+            started=started,
+            finished=now,
+            outcome="done" if error is None else "error",
+            event_ids=mine_ids,
+            error=error,
+        )
+    )
+    return True
+
+
+def backoff(s: StoreSettings, attempts: int) -> int:
+    """Seconds before a failed event may be claimed again: exponential, capped."""
+    return min(s.backoff_max, s.backoff_base * 2 ** max(0, attempts - 1))
+
+
+def _fail(conn: Connection, s: StoreSettings, rows: list[Any], error: str, now: int) -> None:
+    by_attempts: dict[int, list[int]] = defaultdict(list)
+    for r in rows:
+        by_attempts[r.attempts].append(r.id)
+    for attempts, ids in by_attempts.items():
+        if attempts >= s.max_attempts:
+            values: dict[str, Any] = {"status": "dead", "finished": now, "error": error}
+        else:
+            values = {"status": "pending", "not_before": now + backoff(s, attempts), "error": error}
+        conn.execute(update(events).where(events.c.id.in_(ids)).values(**values))
+
+
+def apply_outcome(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now: int) -> None:
+    """Everything a run produced, inside the fenced transaction: all of it or none of it."""
+    if not isinstance(outcome, Outcome):
+        raise InvalidEvent(f"a run must return an Outcome, got {type(outcome).__name__}")
+    messages = [m if isinstance(m, Message) else Message(m) for m in outcome.messages]
+    if messages:
+        conn.execute(
+            outbox.insert(),
+            [
+                {"inbox": inbox, "body": validate.text_value("message body", m.body),
+                 "urgent": bool(m.urgent), "created": now}
+                for m in messages
+            ],
+        )
+    for a in outcome.approvals:
+        approvals.request(conn, s, inbox, a.request_id, a.action, a.expires_in, now)
+    for t in outcome.timers:
+        due = t.due if t.due is not None else (now + t.after if t.after is not None else None)
+        timers.add(conn, s, inbox, t.timer_id, due, t.payload, every=t.every, cron=t.cron,
+                   tz=t.tz, key=t.key, misfire=t.misfire, now=now)
+    write_memory(conn, s, inbox, outcome.memory, now)
+
+
+def write_memory(conn: Connection, s: StoreSettings, inbox: str, writes: dict[str, Any], now: int) -> None:
+    for key, value in writes.items():
+        validate.name("memory key", key, 255)
+        if value is None:
+            conn.execute(delete(memory).where(and_(memory.c.inbox == inbox, memory.c.key == key)))
+        else:
+            validate.payload({"value": value}, s.max_payload_bytes)
+            upsert(conn, memory, {"inbox": inbox, "key": key, "value": value, "updated": now}, ["inbox", "key"])
+
+
+def read_memory(conn: Connection, inbox: str) -> dict[str, Any]:
+    rows = conn.execute(select(memory.c.key, memory.c.value).where(memory.c.inbox == inbox).order_by(memory.c.key))
+    return {r.key: r.value for r in rows}

@@ -1,0 +1,47 @@
+"""Every store default in one place, each with the reason it has that value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    # Seconds a worker owns an inbox without renewing. Well above a normal run (renewed
+    # between steps), or every long run turns into two.
+    lease_ttl: int = 120
+    # Claims before an event is parked dead: enough for a transient failure to pass, few
+    # enough that a poison event stops hurting its inbox within minutes.
+    max_attempts: int = 3
+    # At most one outbox send per inbox per hour: start quiet (the article's number).
+    outbox_gap: int = 3600
+    # Events per claim: one run should fit in one agent context.
+    batch_limit: int = 100
+    # Backoff after a failed run: base * 2**(attempts-1) seconds, capped. Long enough for a
+    # rate limit or a flapping dependency to recover; short enough to finish within the hour.
+    backoff_base: int = 10
+    backoff_max: int = 600
+    # Dedupe keys of finished events outlive their payloads by this much, so a sender's
+    # late redelivery (Stripe retries for three days) is still refused.
+    dedupe_window: int = 7 * 86400
+    # Largest payload accepted, as UTF-8 JSON: webhooks recommend < 20 kB; 256 KiB leaves
+    # room for a chat message with context, and keeps one event well inside a jsonb page chain.
+    max_payload_bytes: int = 256 * 1024
+    # misfire="each" emits at most this many missed occurrences per fire, so a 1-second
+    # timer after a week's outage cannot flood its inbox; the rest are counted in `skipped`.
+    misfire_each_cap: int = 100
+    # A dispatcher that claimed outbox rows and vanished: after this long another may
+    # resend them (with the same key). Longer than any channel's send with its retries.
+    dispatch_timeout: int = 300
+    # Timers fired per scheduler transaction: short transactions, bounded lock sets.
+    scheduler_batch: int = 500
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{f.name} must be a positive integer, got {value!r}")
+
+    @classmethod
+    def names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}

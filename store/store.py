@@ -1,0 +1,207 @@
+"""``Store``: the contract of DESIGN.md section 4, one short transaction per call.
+
+Each method validates its input before it opens a transaction, runs one rule module's
+function inside ``transaction(...)``, and never calls out of the process while the
+transaction is open (``dispatch`` sends between two of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
+from . import counters as counter_rules
+from .db import clock, create, transaction
+from .records import (
+    Approval,
+    Event,
+    Fired,
+    InboxStatus,
+    Outcome,
+    OutboxRow,
+    OutgoingMessage,
+    Rejection,
+    Run,
+    TimerRow,
+)
+from .settings import StoreSettings
+
+
+class Store:
+    def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
+        self.engine = engine
+        self.settings = settings or StoreSettings()
+
+    @classmethod
+    def connect(cls, url: str, *, pool_size: int = 2, **settings: Any) -> "Store":
+        """``sqlite:///path`` or ``postgresql+psycopg://...``; ``settings`` are the fields of
+        ``StoreSettings`` (lease_ttl, max_attempts, outbox_gap, batch_limit, backoff_base, ...)."""
+        unknown = set(settings) - StoreSettings.names()
+        if unknown:
+            raise TypeError(f"unknown store settings: {', '.join(sorted(unknown))}")
+        return cls(create(url, pool_size=pool_size), StoreSettings(**settings))
+
+    def migrate(self) -> None:
+        """Alembic upgrade to head (also ``wakeful db upgrade``)."""
+        from .migrate import upgrade
+
+        upgrade(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        """Raises if the database cannot be reached."""
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    # -- inbox ---------------------------------------------------------------------------
+
+    def ingest(self, inbox: str, source: str, source_id: str, payload: dict[str, Any], *,
+               now: int | None = None) -> bool:
+        """Store an event once. False for a duplicate; ``InvalidEvent`` for bad input."""
+        validate.inbox(inbox)
+        validate.key(source, source_id)
+        validate.payload(payload, self.settings.max_payload_bytes)
+        with transaction(self.engine) as conn:
+            return inbox_rules.insert_event(conn, inbox, source, source_id, payload, now)
+
+    # -- one worker per inbox ------------------------------------------------------------
+
+    def acquire(self, inbox: str, holder: str, *, now: int | None = None) -> int | None:
+        validate.inbox(inbox)
+        validate.name("holder", holder, 255)
+        with transaction(self.engine) as conn:
+            return leases.acquire(conn, self.settings, inbox, holder, now)
+
+    def renew(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
+        with transaction(self.engine) as conn:
+            return leases.renew(conn, self.settings, inbox, holder, gen, now)
+
+    def release(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
+        with transaction(self.engine) as conn:
+            return leases.release(conn, inbox, holder, gen, now)
+
+    def claim(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> list[Event]:
+        with transaction(self.engine) as conn:
+            return runs.claim(conn, self.settings, inbox, holder, gen, now)
+
+    def finish(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
+               outcome: Outcome | None = None, error: str | None = None, *,
+               now: int | None = None) -> bool:
+        with transaction(self.engine) as conn:
+            return runs.finish(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
+
+    # -- timers --------------------------------------------------------------------------
+
+    def add_timer(self, inbox: str, timer_id: str, due: int | None, payload: dict[str, Any], *,
+                  every: int | None = None, cron: str | None = None, tz: str | None = None,
+                  key: tuple[str, str] | None = None, misfire: str = "coalesce",
+                  now: int | None = None) -> None:
+        validate.inbox(inbox)
+        with transaction(self.engine) as conn:
+            timers.add(conn, self.settings, inbox, timer_id, due, payload, every=every, cron=cron,
+                       tz=tz, key=key, misfire=misfire, now=clock(conn, now))
+
+    def cancel_timer(self, inbox: str, timer_id: str) -> bool:
+        with transaction(self.engine) as conn:
+            return timers.cancel(conn, inbox, timer_id)
+
+    def run_scheduler(self, *, now: int | None = None, limit: int | None = None) -> list[Fired]:
+        """Due timers to events, ``limit`` timers per transaction, until none is due."""
+        batch = limit or self.settings.scheduler_batch
+        fired: list[Fired] = []
+        while True:
+            with transaction(self.engine) as conn:
+                at = clock(conn, now)
+                due = timers.due_now(conn, at, batch)
+                for row in due:
+                    fired.extend(timers.fire(conn, self.settings, row, at))
+            if len(due) < batch:
+                return fired
+
+    # -- approvals -----------------------------------------------------------------------
+
+    def request_approval(self, inbox: str, request_id: str, action: str, expires_in: int, *,
+                         now: int | None = None) -> None:
+        validate.inbox(inbox)
+        with transaction(self.engine) as conn:
+            approvals.request(conn, self.settings, inbox, request_id, action, expires_in, clock(conn, now))
+
+    def answer_approval(self, inbox: str, request_id: str, answer: str, *, now: int | None = None) -> str:
+        """The outcome that stands: "yes"/"no", "expired", or "unknown" (never requested)."""
+        with transaction(self.engine) as conn:
+            return approvals.answer(conn, self.settings, inbox, request_id, answer, clock(conn, now))
+
+    def approvals(self, inbox: str | None = None, *, pending_only: bool = True) -> list[Approval]:
+        with transaction(self.engine) as conn:
+            return approvals.view(conn, inbox, pending_only)
+
+    # -- outbox --------------------------------------------------------------------------
+
+    def dispatch(self, inbox: str, send: Callable[[OutgoingMessage], Any], *, now: int | None = None) -> int:
+        """Send the held messages as one; returns how many were sent (0 inside the gap)."""
+        return outbox.dispatch(self.engine, self.settings, inbox, send, now)
+
+    def outbox_due(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
+        with transaction(self.engine) as conn:
+            return outbox.due_inboxes(conn, self.settings, clock(conn, now), limit)
+
+    # -- views and operator actions ------------------------------------------------------
+
+    def events(self, inbox: str, *, status: str | None = None) -> list[Event]:
+        with transaction(self.engine) as conn:
+            return inbox_rules.events_of(conn, inbox, status)
+
+    def outbox(self, inbox: str) -> list[OutboxRow]:
+        with transaction(self.engine) as conn:
+            return outbox.view(conn, inbox)
+
+    def timers(self, inbox: str) -> list[TimerRow]:
+        with transaction(self.engine) as conn:
+            return timers.view(conn, inbox)
+
+    def memory(self, inbox: str) -> dict[str, Any]:
+        with transaction(self.engine) as conn:
+            return runs.read_memory(conn, inbox)
+
+    def runs(self, inbox: str, *, limit: int = 100) -> list[Run]:
+        with transaction(self.engine) as conn:
+            return operator.run_log(conn, inbox, limit)
+
+    def dead(self, inbox: str | None = None) -> list[Event]:
+        with transaction(self.engine) as conn:
+            return inbox_rules.dead(conn, inbox)
+
+    def requeue(self, event_id: int) -> Event | None:
+        """A dead event back to pending, attempts reset; None if no dead event has that id."""
+        with transaction(self.engine) as conn:
+            return inbox_rules.requeue(conn, event_id)
+
+    def status(self, inbox: str, *, now: int | None = None) -> InboxStatus:
+        with transaction(self.engine) as conn:
+            return operator.status(conn, inbox, clock(conn, now))
+
+    def sweep_candidates(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
+        with transaction(self.engine) as conn:
+            return inbox_rules.sweep_candidates(conn, clock(conn, now), limit)
+
+    def purge(self, older_than: int, *, now: int | None = None) -> dict[str, int]:
+        return operator.purge(self.engine, self.settings, older_than, now)
+
+    def record_rejection(self, origin: str, reason: str, *, inbox: Any = None, source: Any = None,
+                         source_id: Any = None, excerpt: Any = None, now: int | None = None) -> None:
+        """Keep refused input where an operator can see it: bounded, never the whole body."""
+        with transaction(self.engine) as conn:
+            inbox_rules.record_rejection(conn, origin, reason, inbox, source, source_id, excerpt, now)
+
+    def rejections(self, *, limit: int = 100) -> list[Rejection]:
+        with transaction(self.engine) as conn:
+            return inbox_rules.rejections(conn, limit)
+
+    def counters(self) -> dict[str, int]:
+        with transaction(self.engine) as conn:
+            return counter_rules.read(conn)

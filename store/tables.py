@@ -1,0 +1,218 @@
+"""The schema: SQLAlchemy Core tables shared by PostgreSQL and SQLite.
+
+Invariants live in named constraints so a database error can be traced to the rule it
+protects. Partial indexes are declared for both dialects: the hot queries (claim, sweep,
+scheduler, dispatch) only ever look at live rows, so their cost follows the live rows, not
+the history. All times are integer seconds since the epoch (BIGINT), so a timer key such as
+``digest@1700000000`` is exact.
+
+Alembic migrations in ``store/migrations`` create exactly this; ``tests/store/test_migrations``
+proves the two do not drift.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# JSON on SQLite, JSONB on PostgreSQL (refuses \u0000 and lone surrogates: the store
+# checks for both before it writes, so the two engines refuse the same input).
+Payload = JSON().with_variant(JSONB(), "postgresql")
+Id = BigInteger().with_variant(Integer(), "sqlite")  # SQLite's rowid alias must be INTEGER
+
+# Bounds on names, checked in Python (store/validate.py) and again by the column types.
+INBOX_MAX = 128
+SOURCE_MAX = 64
+SOURCE_ID_MAX = 256
+
+# One row per inbox: the lease (holder, generation, expiry) and the outbox's last send.
+# Every per-inbox decision locks this row (SELECT ... FOR UPDATE on PostgreSQL).
+inboxes = Table(
+    "inboxes",
+    metadata,
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("holder", String(255)),
+    Column("generation", BigInteger, nullable=False, server_default=text("0")),
+    Column("lease_until", BigInteger, nullable=False, server_default=text("0")),
+    Column("last_sent", BigInteger),
+    PrimaryKeyConstraint("inbox"),
+    CheckConstraint("generation >= 0", name="generation_not_negative"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("source", String(SOURCE_MAX), nullable=False),
+    Column("source_id", String(SOURCE_ID_MAX), nullable=False),
+    Column("payload", Payload),  # NULL once purged; the key stays for the dedupe window
+    Column("status", String(16), nullable=False, server_default=text("'pending'")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("claim_gen", BigInteger),  # the lease generation that claimed it last
+    Column("not_before", BigInteger, nullable=False, server_default=text("0")),  # backoff
+    Column("error", Text),
+    Column("created", BigInteger, nullable=False),
+    Column("claimed_at", BigInteger),
+    Column("finished", BigInteger),
+    # The one idea: a second delivery of the same key is refused by the database.
+    UniqueConstraint("inbox", "source", "source_id", name="uq_events_key"),
+    CheckConstraint(
+        "status IN ('pending', 'running', 'done', 'dead')", name="status_known"
+    ),
+    CheckConstraint("attempts >= 0", name="attempts_not_negative"),
+    # Claim and release look only at live rows of one inbox, oldest first.
+    Index(
+        "ix_events_live",
+        "inbox",
+        "id",
+        postgresql_where=text("status IN ('pending', 'running')"),
+        sqlite_where=text("status IN ('pending', 'running')"),
+    ),
+    Index(
+        "ix_events_dead",
+        "inbox",
+        "id",
+        postgresql_where=text("status = 'dead'"),
+        sqlite_where=text("status = 'dead'"),
+    ),
+    # Purge walks finished rows by age.
+    Index(
+        "ix_events_finished",
+        "finished",
+        postgresql_where=text("finished IS NOT NULL"),
+        sqlite_where=text("finished IS NOT NULL"),
+    ),
+)
+
+timers = Table(
+    "timers",
+    metadata,
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("timer_id", String(SOURCE_ID_MAX), nullable=False),
+    Column("due", BigInteger, nullable=False),
+    Column("every", BigInteger),
+    Column("cron", String(255)),
+    Column("tz", String(64)),
+    Column("misfire", String(16), nullable=False, server_default=text("'coalesce'")),
+    Column("payload", Payload, nullable=False),
+    Column("key_source", String(SOURCE_MAX)),  # a fixed event key (one-off timers only)
+    Column("key_source_id", String(SOURCE_ID_MAX)),
+    Column("done", Boolean, nullable=False, server_default=text("false")),
+    PrimaryKeyConstraint("inbox", "timer_id"),
+    CheckConstraint("every IS NULL OR every > 0", name="every_positive"),
+    CheckConstraint("every IS NULL OR cron IS NULL", name="every_or_cron"),
+    CheckConstraint("misfire IN ('coalesce', 'each')", name="misfire_known"),
+    # The scheduler reads only live timers by due time: its cost follows the due count.
+    Index(
+        "ix_timers_due",
+        "due",
+        postgresql_where=text("NOT done"),
+        sqlite_where=text("done = 0"),  # SQLite matches partial-index terms literally
+    ),
+)
+
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("request_id", String(SOURCE_ID_MAX), nullable=False),
+    Column("action", Text, nullable=False),
+    Column("deadline", BigInteger, nullable=False),
+    Column("created", BigInteger, nullable=False),
+    PrimaryKeyConstraint("inbox", "request_id"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("urgent", Boolean, nullable=False, server_default=text("false")),
+    Column("created", BigInteger, nullable=False),
+    Column("dispatch_key", String(64)),  # set when a dispatcher claims the row
+    Column("claimed_at", BigInteger),  # when that dispatcher claimed it
+    Column("sent_at", BigInteger),
+    Index(
+        "ix_outbox_held",
+        "inbox",
+        "id",
+        postgresql_where=text("sent_at IS NULL"),
+        sqlite_where=text("sent_at IS NULL"),
+    ),
+)
+
+memory = Table(
+    "memory",
+    metadata,
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("value", Payload, nullable=False),
+    Column("updated", BigInteger, nullable=False),
+    PrimaryKeyConstraint("inbox", "key"),
+)
+
+# The run log: one row per committed finish, written in the same fenced transaction.
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("holder", String(255), nullable=False),
+    Column("started", BigInteger, nullable=False),
+    Column("finished", BigInteger, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("event_ids", JSON, nullable=False),
+    Column("error", Text),
+    Index("ix_runs_inbox", "inbox", "id"),
+)
+
+# Input that was refused, kept where an operator can see it (never the whole body, never a secret).
+rejected = Table(
+    "rejected",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("received", BigInteger, nullable=False),
+    Column("origin", String(64), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("inbox", String(INBOX_MAX)),
+    Column("source", String(SOURCE_MAX)),
+    Column("source_id", String(SOURCE_ID_MAX)),
+    Column("excerpt", Text),
+    Index("ix_rejected_received", "received"),
+)
+
+# Monotonic counters for /metrics: lease takeovers, stale finishes refused, ...
+counters = Table(
+    "counters",
+    metadata,
+    Column("name", String(64), nullable=False),
+    Column("value", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("name"),
+)

@@ -1,0 +1,181 @@
+"""Timers: turned into inbox events by a scan that advances each timer in the same transaction.
+
+Two defences against a double fire: the scan moves the timer past the occurrence it fired in
+the transaction that stored the event (a second scanner finds nothing due, or skips the
+locked row), and the event key ``timer_id@scheduled_time`` refuses a replay the transaction
+cannot see (a deploy that re-registers a schedule with its old due time).
+
+Cron expressions are parsed by croniter in the timer's IANA zone, so "09:00 Europe/Berlin"
+fires once per local day across both DST changes; everything stored is UTC epoch seconds.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+from sqlalchemy import Connection, Row, and_, delete, select, update
+
+from . import inbox as inbox_rules
+from . import validate
+from .db import upsert
+from .records import Fired, InvalidEvent, TimerRow
+from .settings import StoreSettings
+from .tables import timers
+
+TIMER_ID_MAX = 200  # leaves room for "@<epoch seconds>" in the event's source_id
+MISFIRE_POLICIES = ("coalesce", "each")
+LIVE = ~timers.c.done  # renders as the partial index's predicate on both engines
+
+
+def add(
+    conn: Connection,
+    s: StoreSettings,
+    inbox: str,
+    timer_id: str,
+    due: int | None,
+    payload: dict[str, Any],
+    *,
+    every: int | None = None,
+    cron: str | None = None,
+    tz: str | None = None,
+    key: tuple[str, str] | None = None,
+    misfire: str = "coalesce",
+    now: int,
+) -> None:
+    """Create or replace the timer ``timer_id`` of ``inbox``.
+
+    ``due`` is the first time it may fire; for a cron timer the first occurrence at or after
+    it. ``due=None`` means the next occurrence after ``now`` (recurring timers only).
+    """
+    validate.name("timer_id", timer_id, TIMER_ID_MAX)
+    validate.payload(payload, s.max_payload_bytes)
+    zone = _zone(tz)
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every <= 0):
+        raise InvalidEvent(f"every must be a positive number of seconds, got {every!r}")
+    if cron is not None and not croniter.is_valid(cron):
+        raise InvalidEvent(f"cron expression {cron!r} is not valid")
+    if every is not None and cron is not None:
+        raise InvalidEvent("a timer repeats by every= or by cron=, not both")
+    if key is not None:
+        if every is not None or cron is not None:
+            raise InvalidEvent("a recurring timer can't use a fixed event key")
+        key = validate.key(*key)
+    if misfire not in MISFIRE_POLICIES:
+        raise InvalidEvent(f"misfire must be one of {MISFIRE_POLICIES}, got {misfire!r}")
+    if due is None:
+        if every is None and cron is None:
+            raise InvalidEvent("a one-off timer needs a due time")
+        due = now + every if every is not None else next_cron(cron, zone, now)  # type: ignore[arg-type]
+    elif cron is not None:
+        due = next_cron(cron, zone, int(due) - 1)
+    upsert(
+        conn,
+        timers,
+        {
+            "inbox": inbox,
+            "timer_id": timer_id,
+            "due": int(due),
+            "every": every,
+            "cron": cron,
+            "tz": tz,
+            "misfire": misfire,
+            "payload": payload,
+            "key_source": key[0] if key else None,
+            "key_source_id": key[1] if key else None,
+            "done": False,
+        },
+        ["inbox", "timer_id"],
+    )
+
+
+def cancel(conn: Connection, inbox: str, timer_id: str) -> bool:
+    result = conn.execute(delete(timers).where(timers.c.inbox == inbox, timers.c.timer_id == timer_id))
+    return result.rowcount > 0
+
+
+def due_now(conn: Connection, now: int, limit: int) -> list[Row]:
+    """Lock up to ``limit`` due timers; rows another scanner holds are skipped, not waited on."""
+    return conn.execute(
+        select(timers)
+        .where(LIVE, timers.c.due <= now)
+        .order_by(timers.c.due)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+
+
+def fire(conn: Connection, s: StoreSettings, row: Row, now: int) -> list[Fired]:
+    """Store the event(s) for a due timer and advance it, in the caller's transaction."""
+    occurrences, next_due = _missed(row, now, s.misfire_each_cap)
+    fired = []
+    for at, skipped, capped in occurrences:
+        body = dict(row.payload, scheduled_for=at, late_by=now - at, skipped=skipped)
+        if capped:
+            body["capped_at"] = s.misfire_each_cap
+        source = row.key_source or "timer"
+        source_id = row.key_source_id or f"{row.timer_id}@{at}"
+        stored = inbox_rules.insert_event(conn, row.inbox, source, source_id, body, now)
+        fired.append(Fired(row.inbox, row.timer_id, source, source_id, stored))
+    mine = and_(timers.c.inbox == row.inbox, timers.c.timer_id == row.timer_id)
+    if next_due is None:
+        conn.execute(update(timers).where(mine).values(done=True))
+    else:
+        conn.execute(update(timers).where(mine).values(due=next_due))
+    return fired
+
+
+def _missed(row: Row, now: int, cap: int) -> tuple[list[tuple[int, int, bool]], int | None]:
+    """The occurrences to emit as (scheduled_for, skipped, capped), and the next due time.
+
+    coalesce: one event for the latest missed occurrence, ``skipped`` = the ones folded in.
+    each: one event per missed occurrence, the latest ``cap`` of them; the first emitted
+    carries in ``skipped`` how many older ones the cap dropped.
+    """
+    keep = cap if row.misfire == "each" else 1
+    if row.every is None and row.cron is None:
+        return [(row.due, 0, False)], None
+    if row.every is not None:
+        missed = (now - row.due) // row.every + 1
+        first_kept = max(0, missed - keep)
+        ats = [row.due + k * row.every for k in range(first_kept, missed)]
+        next_due = row.due + missed * row.every
+    else:
+        zone = _zone(row.tz)
+        window: deque[int] = deque(maxlen=keep)
+        at, missed = row.due, 0
+        while at <= now:
+            window.append(at)
+            missed += 1
+            at = next_cron(row.cron, zone, at)
+        ats, next_due = list(window), at
+    dropped = missed - len(ats)
+    capped = row.misfire == "each" and dropped > 0
+    return [(at, dropped if i == 0 else 0, capped) for i, at in enumerate(ats)], next_due
+
+
+def next_cron(expr: str, zone: ZoneInfo, after: int) -> int:
+    """The first occurrence of ``expr`` strictly after ``after``, in epoch seconds."""
+    return int(croniter(expr, datetime.fromtimestamp(after, zone)).get_next(float))
+
+
+def _zone(tz: str | None) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidEvent(f"unknown time zone {tz!r} (use an IANA name such as Europe/Berlin)") from None
+
+
+def view(conn: Connection, inbox: str) -> list[TimerRow]:
+    rows = conn.execute(select(timers).where(timers.c.inbox == inbox).order_by(timers.c.due, timers.c.timer_id))
+    return [
+        TimerRow(
+            id=r.timer_id, inbox=r.inbox, due=r.due, every=r.every, cron=r.cron, tz=r.tz,
+            misfire=r.misfire, payload=r.payload,
+            key=(r.key_source, r.key_source_id) if r.key_source else None, done=r.done,
+        )
+        for r in rows
+    ]
