@@ -1,0 +1,37 @@
+"""Which task beat sends how often: data only.
+
+Beat only ticks; it never decides anything. Timers, cron and time zones live in the store
+(``wakeful.scan_timers`` asks it what is due), so a beat that was down for days, or two beats
+at once, cost nothing: a missed tick is made up by the next one and a doubled tick finds
+nothing left to do. Each tick expires after one interval, so a backlog of stale ticks is
+dropped instead of run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def beat_schedule(settings: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "scan-timers": {
+            "task": "wakeful.scan_timers",
+            "schedule": settings.scan_interval,
+            "options": {"expires": settings.scan_interval},
+        },
+        "sweep": {
+            "task": "wakeful.sweep",
+            "schedule": settings.sweep_interval,
+            "options": {"expires": settings.sweep_interval},
+        },
+        "dispatch-outbox": {
+            "task": "wakeful.dispatch_outbox",
+            "schedule": settings.dispatch_interval,
+            "options": {"expires": settings.dispatch_interval},
+        },
+        "purge": {
+            "task": "wakeful.purge",
+            "schedule": settings.purge_interval,
+            "options": {"expires": settings.purge_interval},
+        },
+    }

@@ -1,0 +1,57 @@
+"""The agent plug-in interface.
+
+An agent is a callable ``agent(run: Run) -> Outcome | None``. It reads ``run.events`` (the
+batch claimed for this run, oldest first) and ``run.memory``, and returns what should happen:
+messages, approval requests, timers and memory writes. It does no side effects of its own
+that matter twice: the Outcome is applied in one fenced transaction, all of it or none.
+
+An exception fails the run: its events go back to pending after a backoff, and to dead at the
+attempt cap. A long step should call ``run.heartbeat()`` now and then; it renews the lease and
+raises :class:`LeaseLost` once another worker has taken the inbox over, so the run stops early
+instead of doing work whose finish would be refused anyway.
+
+Choose the agent with ``WAKEFUL_AGENT=module:callable``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from store import Event, Outcome
+
+
+class LeaseLost(Exception):
+    """The lease was taken over: this run's finish would be refused, so stop now."""
+
+
+@dataclass
+class Run:
+    inbox: str
+    events: list[Event]
+    generation: int
+    memory: dict[str, Any]
+    _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
+
+    def heartbeat(self) -> None:
+        """Renew the lease. Raises LeaseLost when this worker no longer holds the inbox."""
+        if not self._heartbeat():
+            raise LeaseLost(f"lease on inbox {self.inbox!r} (generation {self.generation}) lost")
+
+
+Agent = Callable[[Run], "Outcome | None"]
+
+
+def load_agent(spec: str) -> Agent:
+    """Import ``module:callable``; a clear error when it is not there."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"agent {spec!r} must be module:callable")
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise TypeError(f"agent {spec!r} is not callable")
+    return target

@@ -1,0 +1,34 @@
+"""The Celery app. Creating it connects to nothing; the store is opened lazily per process."""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery.signals import beat_init, celeryd_init, worker_process_init
+
+from tasks import embedded
+from tasks.celeryconfig import QUEUES, celery_config
+from tasks.settings import settings
+
+app = Celery("wakeful")
+app.config_from_object(celery_config(settings))
+
+if settings.embedded_broker:
+    embedded.configure(settings.embedded_poll_interval)
+
+
+@celeryd_init.connect
+@beat_init.connect
+def _init_embedded_broker(**_kwargs) -> None:
+    # `wakeful up` and `wakeful demo` do this before starting anything; a process started
+    # by hand (celery -A tasks worker) does it too, retrying if it races another.
+    if settings.embedded_broker:
+        embedded.init(app, QUEUES)
+
+
+@worker_process_init.connect
+def _fresh_store_in_child(**_kwargs) -> None:
+    # Never use a connection opened before the fork (FIELD-NOTES: protocol errors and
+    # ambiguous commits). The store is created on first use in this child.
+    from tasks.runtime import forget_store
+
+    forget_store()

@@ -1,0 +1,117 @@
+"""The Celery configuration for a broker that is only a doorbell.
+
+The database decides what is true; a Celery message only says "look at inbox X". So a lost,
+duplicated or late message must cost nothing, and the settings below are chosen for that:
+late acks and reject-on-worker-lost so a killed worker's message comes back, prefetch 1 so a
+long agent run never sits on messages another worker could take, JSON only so a worker never
+unpickles what the broker hands it, results ignored unless a caller asks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Queue
+
+from tasks.settings import Settings
+
+# Queues. External callers send with no routing options, so the entry points live on
+# Celery's default queue; agent runs have their own queue (and their own worker in the
+# Procfile) so a long run never starves ingest, timers or dispatch.
+DEFAULT_QUEUE = "celery"
+RUNS_QUEUE = "wakeful.runs"
+CONTROL_QUEUE = "wakeful.control"
+OUTBOX_QUEUE = "wakeful.outbox"
+QUEUES = (DEFAULT_QUEUE, RUNS_QUEUE, CONTROL_QUEUE, OUTBOX_QUEUE)
+
+ROUTES = {
+    "wakeful.ingest": {"queue": DEFAULT_QUEUE},
+    "wakeful.answer_approval": {"queue": DEFAULT_QUEUE},
+    "wakeful.run_inbox": {"queue": RUNS_QUEUE},
+    "wakeful.scan_timers": {"queue": CONTROL_QUEUE},
+    "wakeful.sweep": {"queue": CONTROL_QUEUE},
+    "wakeful.purge": {"queue": CONTROL_QUEUE},
+    "wakeful.dispatch_outbox": {"queue": OUTBOX_QUEUE},
+}
+
+
+def celery_config(s: Settings) -> dict[str, Any]:
+    from beat_schedule import beat_schedule
+
+    config: dict[str, Any] = {
+        "broker_url": s.broker,
+        "result_backend": s.results,
+        # JSON only: a worker trusts whatever the broker hands it.
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        # A task's message is acked when it ends, and given back if its process dies:
+        # without reject_on_worker_lost a killed child acks (measured: the task was lost).
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        # One message per process at a time: a long run never holds messages hostage.
+        "worker_prefetch_multiplier": 1,
+        # Results fill Redis when kept (celery#7801): only a caller that asks gets one.
+        "task_ignore_result": True,
+        "result_expires": 86400,
+        "task_store_errors_even_if_ignored": False,
+        "task_queues": [Queue(name, routing_key=name) for name in QUEUES],
+        "task_default_queue": DEFAULT_QUEUE,
+        "task_routes": ROUTES,
+        "task_create_missing_queues": True,
+        "broker_connection_retry_on_startup": True,
+        # A worker that lost its broker connection cancels the unacked tasks it cannot ack;
+        # their inboxes are re-rung by the sweep.
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_hijack_root_logger": True,
+        "worker_redirect_stdouts": False,
+        "timezone": "UTC",
+        "enable_utc": True,
+        "beat_schedule": beat_schedule(s),
+        "beat_schedule_filename": str((s.home / "celerybeat-schedule").resolve()),
+    }
+    if s.embedded_broker:
+        config.update(_embedded(s))
+    else:
+        config.update(_redis(s))
+    return config
+
+
+def _redis(s: Settings) -> dict[str, Any]:
+    transport = {
+        # Above the longest task: a message unacked for this long is delivered again.
+        "visibility_timeout": s.broker_visibility_timeout,
+        "socket_timeout": s.redis_socket_timeout,
+        "socket_connect_timeout": 10,
+        "socket_keepalive": True,
+        "health_check_interval": s.redis_health_check_interval,
+        "retry_on_timeout": True,
+    }
+    return {
+        "broker_transport_options": transport,
+        "result_backend_transport_options": {
+            "socket_timeout": s.redis_socket_timeout,
+            "socket_keepalive": True,
+            "health_check_interval": s.redis_health_check_interval,
+            "retry_on_timeout": True,
+        },
+        "redis_backend_health_check_interval": s.redis_health_check_interval,
+        "redis_socket_keepalive": True,
+        "worker_send_task_events": s.task_events,
+        "task_send_sent_event": s.task_events,
+    }
+
+
+def _embedded(s: Settings) -> dict[str, Any]:
+    # The SQLAlchemy transport hands its options to create_engine (a polling_interval here
+    # crashes it; that is set on the Transport class, see tasks/embedded.py). The busy
+    # timeout lets the processes' polls queue on the SQLite write lock instead of failing.
+    return {
+        "broker_transport_options": {"connect_args": {"timeout": 15}},
+        # No fanout on this transport: no remote control, gossip, mingle or task events.
+        "worker_enable_remote_control": False,
+        "worker_send_task_events": False,
+        "task_send_sent_event": False,
+        "database_engine_options": {"connect_args": {"timeout": 15}},
+    }

@@ -1,0 +1,66 @@
+"""The HTTP webhook channel: a JSON POST per merged message.
+
+``Idempotency-Key`` is the dispatch key, the same on every resend of the same rows, so the
+receiver can drop the duplicate an at-least-once resend produces. Transient failures
+(connection errors, timeouts, 408, 429, 5xx) are retried with exponential backoff; any other
+answer is final. Raising tells the store the message was not sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import httpx
+
+from store import AT_LEAST_ONCE, OutgoingMessage
+
+log = logging.getLogger("wakeful.outbox.webhook")
+
+_RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+class WebhookError(RuntimeError):
+    """The receiver did not take the message."""
+
+
+class WebhookChannel:
+    delivery = AT_LEAST_ONCE
+
+    def __init__(self, url: str, *, timeout: float = 10.0, attempts: int = 4,
+                 header: str = "", backoff: float = 0.5) -> None:
+        self.url = url
+        self.attempts = attempts
+        self.backoff = backoff
+        headers = {"User-Agent": "wakeful-outbox/1"}
+        if header:
+            name, _, value = header.partition(":")
+            headers[name.strip()] = value.strip()
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+                                    headers=headers)
+
+    def __call__(self, message: OutgoingMessage) -> None:
+        body = {"inbox": message.inbox, "key": message.key, "body": message.body,
+                "urgent": message.urgent, "message_ids": list(message.message_ids)}
+        headers = {"Idempotency-Key": message.key}
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self._client.post(self.url, json=body, headers=headers)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.is_success:
+                    return
+                problem = f"HTTP {response.status_code}"
+                if response.status_code not in _RETRY_STATUS:
+                    raise WebhookError(f"{self.url} refused message {message.key}: {problem}")
+            if attempt < self.attempts:
+                delay = self.backoff * 2 ** (attempt - 1)
+                log.warning("webhook %s attempt %d/%d failed (%s); retrying in %.1fs",
+                            self.url, attempt, self.attempts, problem, delay)
+                time.sleep(delay)
+        raise WebhookError(f"{self.url} did not take message {message.key} after "
+                           f"{self.attempts} attempts: {problem}")
+
+    def close(self) -> None:
+        self._client.close()

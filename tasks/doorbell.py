@@ -1,0 +1,48 @@
+"""The doorbell: a Celery message that only says "look at inbox X".
+
+Ringing never raises. The event is already stored when we ring; if the broker is down the
+ring is lost and the sweep (``wakeful.sweep``) rings again for every inbox with work and no
+live lease. So a broker error is logged, not handed to the caller (a webhook must still get
+its fast 2xx once the event is stored).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from tasks.app import app
+from tasks.celeryconfig import OUTBOX_QUEUE, RUNS_QUEUE
+
+log = logging.getLogger("wakeful.doorbell")
+
+# A broker blip is retried briefly; a broker outage is left to the sweep.
+_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
+
+def ring(inbox: str) -> None:
+    """Ask a worker to run ``inbox``. Never raises; the sweep covers a lost ring."""
+    try:
+        app.send_task("wakeful.run_inbox", args=[inbox], queue=RUNS_QUEUE,
+                      retry=True, retry_policy=_RETRY)
+    except Exception as exc:
+        log.warning("doorbell for inbox %r not sent (%s: %s); the sweep will ring it",
+                    inbox, type(exc).__name__, exc)
+
+
+def ring_many(inboxes: Iterable[str]) -> int:
+    rung = 0
+    for inbox in dict.fromkeys(inboxes):  # once each, in order
+        ring(inbox)
+        rung += 1
+    return rung
+
+
+def ring_dispatch(inbox: str) -> None:
+    """Ask for ``inbox``'s held messages to be sent now (the gap still applies)."""
+    try:
+        app.send_task("wakeful.dispatch_outbox", kwargs={"inbox": inbox}, queue=OUTBOX_QUEUE,
+                      retry=True, retry_policy=_RETRY)
+    except Exception as exc:
+        log.warning("dispatch for inbox %r not sent (%s: %s); the next tick sends it",
+                    inbox, type(exc).__name__, exc)

@@ -1,0 +1,44 @@
+"""``wakeful.dispatch_outbox``: held messages out through the channel, paced and merged.
+
+With an inbox (sent right after a run that wrote messages) it tries that inbox now, so the
+first message after a quiet period goes out at once; without one (the beat tick) it sends
+every inbox whose gap has passed, that holds an urgent message, or whose earlier send was
+abandoned. The gap, the merge and the delivery mode are the store's rules.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tasks.app import app
+from tasks.channels import Send, load_channel
+from tasks.runtime import get_store
+from tasks.settings import settings
+
+log = logging.getLogger("wakeful.outbox")
+
+_channel: Send | None = None
+
+
+def get_channel() -> Send:
+    global _channel
+    if _channel is None:
+        _channel = load_channel(settings.outbox_channel, settings)
+    return _channel
+
+
+@app.task(name="wakeful.dispatch_outbox")
+def dispatch_outbox(inbox: str | None = None) -> dict[str, Any]:
+    store = get_store()
+    send = get_channel()
+    targets = [inbox] if inbox else store.outbox_due()
+    sent, failed = 0, []
+    for name in targets:
+        try:
+            sent += store.dispatch(name, send)
+        except Exception as exc:  # one receiver down must not hold up the other inboxes
+            failed.append(name)
+            log.warning("dispatch for inbox %r failed (%s: %s); retried on the next tick",
+                        name, type(exc).__name__, exc)
+    return {"inboxes": len(targets), "messages_sent": sent, "failed": failed}

@@ -1,0 +1,194 @@
+"""Every runtime setting in one place, each default with the reason it has that value.
+
+Read from ``WAKEFUL_*`` environment variables when this module is imported. Importing it has
+no other effect: nothing is created, nothing connects. With nothing set, everything is
+embedded under ``./var/``: a SQLite file for the store and kombu's SQLAlchemy transport on a
+second SQLite file as the broker, so ``wakeful demo`` runs with only Python installed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work; the message names the variable (never a secret's value)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Where the embedded defaults live. Relative to the working directory, like a Procfile app.
+    home: Path = Path("var")
+    # The store. Empty: a SQLite file under `home` (the embedded default). In production a
+    # postgresql+psycopg:// URL: PostgreSQL decides what is true.
+    database_url: str = ""
+    # The doorbell broker. Empty: kombu's SQLAlchemy transport on SQLite under `home` (durable,
+    # cross-process, FIFO). In production redis://:password@host:6379/0.
+    broker_url: str = field(default="", repr=False)
+    # Where task results go when a caller asks for one (send_task(..., ignore_result=False)).
+    # Empty: the broker's Redis, or a SQLite file next to the embedded broker.
+    result_backend: str = field(default="", repr=False)
+    # The agent: module:callable taking a Run and returning an Outcome.
+    agent: str = "tasks.agents.demo:agent"
+    # Outbox channel: "log", "jsonl:/path", an http(s):// URL (webhook), or module:callable.
+    outbox_channel: str = "log"
+
+    # --- the store's rules (passed to Store.connect) ---
+    # Seconds a worker owns an inbox without renewing; the runtime renews between steps and on
+    # run.heartbeat(), so this only has to cover the longest stretch between two heartbeats.
+    lease_ttl: int = 120
+    # Claims before an event is parked dead: a transient failure passes, a poison event stops.
+    max_attempts: int = 3
+    # At most one outbox send per inbox per hour (the article's number): start quiet.
+    outbox_gap: int = 3600
+    # Events per claim: one run should fit in one agent context.
+    batch_limit: int = 100
+    # Backoff after a failed run: base * 2**(attempts-1) seconds, capped.
+    backoff_base: int = 10
+    backoff_max: int = 600
+    # A dispatcher that vanished mid-send: after this long its rows may be resent (same key).
+    dispatch_timeout: int = 300
+
+    # --- beat (seconds) ---
+    # Timers fire at most this late; the scan is one indexed query for due rows.
+    scan_interval: float = 5.0
+    # How long a lost or late doorbell can delay an inbox (a Redis restart, a killed worker).
+    sweep_interval: float = 30.0
+    # How late a held (gap-delayed) message may go out; the first message after a quiet
+    # period is dispatched right after the run that wrote it, not at this tick.
+    dispatch_interval: float = 30.0
+    # Retention runs rarely: it deletes old rows in bounded batches.
+    purge_interval: float = 3600.0
+    # Done events, sent messages and rejections older than this are purged (30 days).
+    retention: int = 30 * 86400
+
+    # --- runs ---
+    # Agent runs one task may do before it hands the inbox back and re-rings, so one busy
+    # inbox cannot hold a worker forever.
+    max_runs_per_task: int = 10
+    # Soft time limit of one run_inbox task (SoftTimeLimitExceeded fails the current run, with
+    # backoff); the hard limit is 30 s later. Agent runs are meant to be short.
+    run_time_limit: int = 600
+    # Redis redelivers an unacked message after this long: above the hard time limit, so a
+    # running task is never duplicated by the broker (kombu#337). Empty: 2 x the hard limit,
+    # at least one hour.
+    visibility_timeout: int = 0
+
+    # --- broker health ---
+    # Redis: probe idle connections before use so a dead socket is noticed (celery#9054).
+    redis_health_check_interval: int = 25
+    # Redis: a read that takes longer than this is a dead connection, not a slow one.
+    redis_socket_timeout: int = 30
+    # Embedded broker: seconds between polls of an empty queue. 0.05 s keeps a wake-up well
+    # under 200 ms (two hops: ingest, then the doorbell) for ~1-2 % CPU per idle process.
+    embedded_poll_interval: float = 0.05
+    # Task events for Flower. On by default with Redis (Flower is in the Procfile); they cost
+    # about a third of no-op throughput, so they can be turned off. Never on the embedded
+    # broker, which has no fanout.
+    task_events: bool = True
+
+    # --- Flower ---
+    # "user:password[,user:password]". Flower refuses to start without it (`wakeful flower`).
+    flower_basic_auth: str = field(default="", repr=False)
+    # Loopback unless told otherwise: Flower's /metrics and /healthcheck stay open even with auth.
+    flower_address: str = "127.0.0.1"
+    flower_port: int = 5555
+
+    # --- webhook channel ---
+    # Seconds for one POST; the whole send (with retries) stays well inside dispatch_timeout.
+    webhook_timeout: float = 10.0
+    # Attempts per send, with exponential backoff between them (0.5 s, 1 s, 2 s ...).
+    webhook_attempts: int = 4
+    # Extra header for the webhook channel, "Name: value" (e.g. an Authorization token).
+    webhook_header: str = field(default="", repr=False)
+
+    log_level: str = "INFO"
+
+    # ------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = "WAKEFUL_" + f.name.upper()
+            raw = env.get(name)
+            if raw is None or raw.strip() == "":
+                continue
+            values[f.name] = _parse(name, raw.strip(), f.default)
+        settings = cls(**values)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        for name in ("lease_ttl", "max_attempts", "outbox_gap", "batch_limit", "backoff_base",
+                     "backoff_max", "dispatch_timeout", "max_runs_per_task", "run_time_limit",
+                     "webhook_attempts", "retention"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"WAKEFUL_{name.upper()} must be positive")
+        for name in ("scan_interval", "sweep_interval", "dispatch_interval", "purge_interval",
+                     "embedded_poll_interval", "webhook_timeout"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"WAKEFUL_{name.upper()} must be positive")
+        if ":" not in self.agent:
+            raise SettingsError("WAKEFUL_AGENT must be module:callable")
+
+    # --- derived values: the embedded defaults ---
+    @property
+    def store_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.home / 'wakeful.sqlite3').resolve()}"
+
+    @property
+    def broker(self) -> str:
+        return self.broker_url or f"sqla+sqlite:///{(self.home / 'broker.sqlite3').resolve()}"
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.broker.startswith(("sqla+sqlite", "sqlalchemy+sqlite"))
+
+    @property
+    def results(self) -> str:
+        if self.result_backend:
+            return self.result_backend
+        if self.broker.startswith(("redis://", "rediss://", "redis+socket://")):
+            return self.broker
+        return f"db+sqlite:///{(self.home / 'results.sqlite3').resolve()}"
+
+    @property
+    def hard_time_limit(self) -> int:
+        return self.run_time_limit + 30
+
+    @property
+    def broker_visibility_timeout(self) -> int:
+        return self.visibility_timeout or max(3600, 2 * self.hard_time_limit)
+
+    def store_options(self) -> dict[str, int]:
+        """The keyword arguments for ``Store.connect``."""
+        return {name: getattr(self, name) for name in (
+            "lease_ttl", "max_attempts", "outbox_gap", "batch_limit", "backoff_base",
+            "backoff_max", "dispatch_timeout")}
+
+
+def _parse(name: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, Path):
+            return Path(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a {type(default).__name__}") from None
+    return raw
+
+
+settings = Settings.from_env()

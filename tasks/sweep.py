@@ -1,0 +1,21 @@
+"""``wakeful.sweep``: every inbox with claimable work and no live lease gets a doorbell.
+
+This is what makes the broker only a doorbell: a ring lost with a Redis restart, a worker
+killed with its message, a ring that arrived while another worker held the lease and then
+died, an event whose backoff just ended: the next sweep rings it. A ring too many costs one
+failed ``acquire``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.app import app
+from tasks.doorbell import ring_many
+from tasks.runtime import get_store
+
+
+@app.task(name="wakeful.sweep")
+def sweep() -> dict[str, Any]:
+    inboxes = get_store().sweep_candidates()
+    return {"inboxes_rung": ring_many(inboxes)}
