@@ -1,0 +1,254 @@
+"""acquire / renew / release / claim / finish: the fenced lease and the rules of a run."""
+
+from __future__ import annotations
+
+import pytest
+
+from store import ApprovalRequest, Message, Outcome, Store, Timer
+
+T = 1_000_000
+TTL = 120
+
+
+def fill(store: Store, inbox: str, *ids: str, now: int = T) -> None:
+    for source_id in ids:
+        store.ingest(inbox, "chat", source_id, {"text": source_id}, now=now)
+
+
+def statuses(store: Store, inbox: str) -> dict[str, tuple[str, int]]:
+    return {e.source_id: (e.status, e.attempts) for e in store.events(inbox)}
+
+
+# -- acquire / renew / release -------------------------------------------------------------
+
+def test_acquire_renewal_keeps_the_generation_and_takeover_bumps_it(store: Store) -> None:
+    assert store.acquire("a", "A", now=T) == 1
+    assert store.acquire("a", "A", now=T + 100) == 1  # renewal by the live holder
+    assert store.acquire("a", "B", now=T + 100) is None  # held by someone else
+    assert store.acquire("a", "B", now=T + 100 + TTL + 1) == 2  # takeover of an expired lease
+    assert store.acquire("a", "B", now=T + 100 + 3 * TTL) == 3  # the same holder after expiry: +1
+
+
+def test_the_lease_is_live_through_its_last_second(store: Store) -> None:
+    assert store.acquire("a", "A", now=T) == 1
+    assert store.acquire("a", "B", now=T + TTL) is None
+    assert store.acquire("a", "B", now=T + TTL + 1) == 2
+
+
+def test_leases_are_per_inbox(store: Store) -> None:
+    assert store.acquire("a", "A", now=T) == 1
+    assert store.acquire("b", "B", now=T) == 1
+
+
+def test_renew_extends_only_the_live_holder(store: Store) -> None:
+    gen = store.acquire("a", "A", now=T)
+    assert store.renew("a", "A", gen, now=T + 100) is True
+    assert store.acquire("a", "B", now=T + 100 + TTL) is None  # renewed: still live
+    assert store.renew("a", "A", gen + 1, now=T + 101) is False  # wrong generation
+    assert store.renew("a", "B", gen, now=T + 101) is False  # wrong holder
+    assert store.renew("a", "A", gen, now=T + 100 + TTL + 1) is False  # expired: fenced
+    assert store.renew("nobody", "A", 1, now=T) is False
+
+
+def test_release_refuses_while_claimable_events_remain(store: Store) -> None:
+    gen = store.acquire("a", "A", now=T)
+    fill(store, "a", "m-1")  # arrives after the holder's last claim: its doorbell found the lease held
+    assert store.release("a", "A", gen, now=T + 1) is False
+    assert store.acquire("a", "B", now=T + 1) is None  # the lease was kept
+    batch = store.claim("a", "A", gen, now=T + 2)
+    assert store.finish("a", "A", gen, [e.id for e in batch], now=T + 2)
+    assert store.release("a", "A", gen, now=T + 3) is True
+    assert store.acquire("a", "A", now=T + 4) == gen + 1  # a released lease is taken over: +1
+
+
+def test_release_is_fenced(store: Store) -> None:
+    gen = store.acquire("a", "A", now=T)
+    assert store.release("a", "A", gen, now=T + TTL + 1) is False
+    assert store.release("a", "B", gen, now=T) is False
+
+
+def test_database_clock_decides_the_lease(store: Store) -> None:
+    """now=None: the lease is stamped and judged on the database's clock, never the caller's."""
+    assert store.acquire("a", "A") == 1
+    assert store.acquire("a", "B") is None
+    status = store.status("a")
+    assert status.holder == "A"
+    assert TTL - 5 <= status.lease_expires_in <= TTL
+    # A caller whose clock says the lease lapsed long ago cannot take it: None is the database.
+    assert store.acquire("a", "B", now=None) is None
+
+
+# -- claim ------------------------------------------------------------------------------------
+
+def test_claim_takes_every_pending_event_oldest_first_and_counts_the_attempt(store: Store) -> None:
+    fill(store, "a", "m-1", "m-2", "m-3")
+    gen = store.acquire("a", "A", now=T)
+    batch = store.claim("a", "A", gen, now=T)
+    assert [(e.source_id, e.status, e.attempts, e.claim_gen) for e in batch] == [
+        ("m-1", "running", 1, gen), ("m-2", "running", 1, gen), ("m-3", "running", 1, gen)]
+    assert store.claim("a", "A", gen, now=T) == []  # nothing left pending
+
+
+def test_batch_limit_bounds_a_claim(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(batch_limit=2)
+    fill(store, "a", "m-1", "m-2", "m-3")
+    gen = store.acquire("a", "A", now=T)
+    first = store.claim("a", "A", gen, now=T)
+    assert [e.source_id for e in first] == ["m-1", "m-2"]
+    assert store.finish("a", "A", gen, [e.id for e in first], now=T)
+    assert [e.source_id for e in store.claim("a", "A", gen, now=T)] == ["m-3"]
+
+
+def test_claim_is_fenced(store: Store) -> None:
+    fill(store, "a", "m-1")
+    gen = store.acquire("a", "A", now=T)
+    assert store.claim("a", "B", gen, now=T) == []
+    assert store.claim("a", "A", gen + 1, now=T) == []
+    assert store.claim("a", "A", gen, now=T + TTL + 1) == []
+    assert statuses(store, "a") == {"m-1": ("pending", 0)}
+
+
+def test_claims_never_cross_inboxes(store: Store) -> None:
+    fill(store, "a", "m-1")
+    fill(store, "b", "m-2")
+    gen = store.acquire("a", "A", now=T)
+    assert [e.source_id for e in store.claim("a", "A", gen, now=T)] == ["m-1"]
+    assert statuses(store, "b") == {"m-2": ("pending", 0)}
+
+
+def test_an_older_generations_running_rows_are_retried_alone(store: Store) -> None:
+    fill(store, "a", "poison", "healthy")
+    gen1 = store.acquire("a", "W0", now=T)
+    store.claim("a", "W0", gen1, now=T)  # W0 dies without finishing
+    fill(store, "a", "later", now=T + 1)
+    gen2 = store.acquire("a", "W1", now=T + TTL + 1)
+    assert gen2 == gen1 + 1
+    retried = store.claim("a", "W1", gen2, now=T + TTL + 1)
+    assert [(e.source_id, e.attempts) for e in retried] == [("poison", 2)]
+    assert statuses(store, "a")["healthy"] == ("pending", 1)
+
+
+def test_an_event_claimed_max_attempts_times_is_parked_dead(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(max_attempts=2)
+    fill(store, "a", "poison")
+    now = T
+    for _ in range(2):
+        gen = store.acquire("a", "W", now=now)
+        assert [e.source_id for e in store.claim("a", "W", gen, now=now)] == ["poison"]
+        now += TTL + 1  # crash: no finish
+    gen = store.acquire("a", "W", now=now)
+    assert store.claim("a", "W", gen, now=now) == []
+    [dead] = store.dead("a")
+    assert (dead.source_id, dead.status, dead.attempts) == ("poison", "dead", 2)
+    assert "too many attempts" in dead.error
+    assert store.release("a", "W", gen, now=now) is True
+
+
+# -- finish -----------------------------------------------------------------------------------
+
+def run_once(store: Store, inbox: str, holder: str, now: int, outcome: Outcome | None = None) -> list:
+    gen = store.acquire(inbox, holder, now=now)
+    batch = store.claim(inbox, holder, gen, now=now)
+    assert store.finish(inbox, holder, gen, [e.id for e in batch], outcome, now=now)
+    return batch
+
+
+def test_finish_applies_the_whole_outcome_in_one_transaction(store: Store) -> None:
+    fill(store, "a", "m-1")
+    outcome = Outcome(
+        messages=["plain", Message("now!", urgent=True)],
+        approvals=[ApprovalRequest("refund-1", "refund order 1", 3600)],
+        timers=[Timer("follow-up", {"why": "check back"}, after=600),
+                Timer("daily", {"task": "digest"}, cron="0 9 * * *", tz="Europe/Berlin")],
+        memory={"name": "Alice", "prefs": {"tone": "short"}},
+    )
+    run_once(store, "a", "A", T, outcome)
+    assert [(m.body, m.urgent, m.created, m.sent_at) for m in store.outbox("a")] == [
+        ("plain", False, T, None), ("now!", True, T, None)]
+    timers = {t.id: t for t in store.timers("a")}
+    assert timers["follow-up"].due == T + 600
+    assert timers["approval:refund-1"].due == T + 3600
+    assert timers["daily"].cron == "0 9 * * *" and timers["daily"].due > T
+    assert store.approvals("a")[0].request_id == "refund-1"
+    assert store.memory("a") == {"name": "Alice", "prefs": {"tone": "short"}}
+    [run] = store.runs("a")
+    assert (run.holder, run.generation, run.outcome, len(run.event_ids)) == ("A", 1, "done", 1)
+    fill(store, "a", "m-2", now=T + 1)
+    run_once(store, "a", "A", T + 1, Outcome(memory={"name": None, "prefs": {"tone": "long"}}))
+    assert store.memory("a") == {"prefs": {"tone": "long"}}
+
+
+def test_a_fenced_finish_writes_nothing(store: Store) -> None:
+    fill(store, "a", "m-1")
+    gen_a = store.acquire("a", "A", now=T)
+    stale = store.claim("a", "A", gen_a, now=T)
+    gen_b = store.acquire("a", "B", now=T + TTL + 1)
+    store.claim("a", "B", gen_b, now=T + TTL + 1)
+    everything = Outcome(messages=["late"], approvals=[ApprovalRequest("r", "x", 60)],
+                         timers=[Timer("t", {}, after=5)], memory={"k": 1})
+    assert store.finish("a", "A", gen_a, [e.id for e in stale], everything, now=T + TTL + 2) is False
+    assert store.outbox("a") == [] and store.timers("a") == [] and store.memory("a") == {}
+    assert store.approvals("a") == [] and store.runs("a") == []
+    assert statuses(store, "a") == {"m-1": ("running", 2)}
+    assert store.counters()["stale_finishes_refused"] == 1
+    assert store.counters()["lease_takeovers"] == 1
+
+
+def test_a_retried_finish_is_refused_and_writes_nothing_twice(store: Store) -> None:
+    fill(store, "a", "m-1")
+    gen = store.acquire("a", "A", now=T)
+    batch = store.claim("a", "A", gen, now=T)
+    ids = [e.id for e in batch]
+    assert store.finish("a", "A", gen, ids, Outcome(messages=["once"]), now=T) is True
+    assert store.finish("a", "A", gen, ids, Outcome(messages=["once"]), now=T) is False
+    assert [m.body for m in store.outbox("a")] == ["once"]
+
+
+def test_an_empty_run_finishes(store: Store) -> None:
+    gen = store.acquire("a", "A", now=T)
+    assert store.claim("a", "A", gen, now=T) == []
+    assert store.finish("a", "A", gen, [], now=T) is True
+
+
+def test_an_error_backs_off_exponentially_then_parks_dead(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(max_attempts=4, backoff_base=10, backoff_max=25, lease_ttl=1000)
+    fill(store, "a", "flaky")
+    gen = store.acquire("a", "A", now=T)
+    now = T
+    for attempt, delay in ((1, 10), (2, 20), (3, 25)):
+        [event] = store.claim("a", "A", gen, now=now)
+        assert event.attempts == attempt
+        assert store.finish("a", "A", gen, [event.id], Outcome(messages=["never"]), error="boom", now=now)
+        assert statuses(store, "a") == {"flaky": ("pending", attempt)}
+        assert store.claim("a", "A", gen, now=now + delay - 1) == []  # still backing off
+        assert store.release("a", "A", gen, now=now) is True  # a backing-off event is not claimable
+        gen = store.acquire("a", "A", now=now + delay)
+        now += delay
+    [event] = store.claim("a", "A", gen, now=now)
+    assert store.finish("a", "A", gen, [event.id], error="boom again", now=now)
+    [dead] = store.dead("a")
+    assert (dead.attempts, dead.error) == (4, "boom again")
+    assert store.outbox("a") == []  # a failed run says nothing
+    assert [r.outcome for r in store.runs("a")] == ["error"] * 4
+
+
+def test_a_backing_off_event_does_not_block_fresh_ones(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(backoff_base=60)
+    fill(store, "a", "flaky")
+    gen = store.acquire("a", "A", now=T)
+    [event] = store.claim("a", "A", gen, now=T)
+    store.finish("a", "A", gen, [event.id], error="rate limited", now=T)
+    fill(store, "a", "fresh", now=T + 1)
+    assert [e.source_id for e in store.claim("a", "A", gen, now=T + 1)] == ["fresh"]
+
+
+def test_a_bad_outcome_rolls_the_whole_finish_back(store: Store) -> None:
+    fill(store, "a", "m-1")
+    gen = store.acquire("a", "A", now=T)
+    batch = store.claim("a", "A", gen, now=T)
+    bad = Outcome(messages=["fine"], timers=[Timer("t", {}, cron="not a cron")])
+    with pytest.raises(ValueError, match="cron expression 'not a cron' is not valid"):
+        store.finish("a", "A", gen, [e.id for e in batch], bad, now=T)
+    assert store.outbox("a") == []
+    assert statuses(store, "a") == {"m-1": ("running", 1)}
+    assert store.finish("a", "A", gen, [e.id for e in batch], error="bad outcome", now=T)
