@@ -1,0 +1,185 @@
+"""Fixtures for the web edge: a real store per test module, on SQLite and on PostgreSQL.
+
+Each module gets its own database (``wakeful_web_<random>`` on PostgreSQL, a file on SQLite),
+migrated once and dropped afterwards; tests inside a module use their own inbox names, so
+they never see each other's rows. PostgreSQL skips when unreachable, unless
+``WAKEFUL_REQUIRE_SERVICES=1``: then it fails.
+
+The doorbell is a plain function that records the inboxes it was asked to ring: the store
+stays real, only the broker is left out (the uvicorn test uses the runtime's own doorbell).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+import anyio.from_thread
+import httpx
+
+from store import Store
+from web.app import create_app
+from web.settings import WebSettings
+
+REQUIRE_SERVICES = os.environ.get("WAKEFUL_REQUIRE_SERVICES") == "1"
+PG_ADMIN_URL = os.environ.get("WAKEFUL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+GITHUB_SECRET = "gh-secret-for-tests"
+STRIPE_SECRET = "whsec_stripe_test_secret"
+WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+APPROVAL_SECRET = "approval-secret-for-tests-0123456789"
+
+
+def _admin():  # type: ignore[no-untyped-def]
+    return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_size=1,
+                         connect_args={"connect_timeout": 3})
+
+
+def create_database(name: str) -> str:
+    admin = _admin()
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))  # name is ours: [a-z0-9_]
+    finally:
+        admin.dispose()
+    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(name: str) -> None:
+    admin = _admin()
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def web_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database for this module: a SQLite file, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('web') / 'store.db'}"
+        store = Store.connect(url)
+        store.migrate()
+        store.dispose()
+        yield url
+        return
+    name = f"wakeful_web_{uuid.uuid4().hex[:12]}"
+    try:
+        url = create_database(name)
+    except Exception as exc:  # noqa: BLE001 - any connection failure means "not reachable"
+        message = f"PostgreSQL is not reachable ({exc})"
+        if REQUIRE_SERVICES:
+            pytest.fail(message + " and WAKEFUL_REQUIRE_SERVICES=1", pytrace=False)
+        pytest.skip(message)
+    try:
+        store = Store.connect(url)
+        store.migrate()
+        store.dispose()
+        yield url
+    finally:
+        drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def web_store(web_db_url: str) -> Iterator[Store]:
+    # A pool big enough for the threadpool's concurrent ingests in the concurrency tests.
+    store = Store.connect(web_db_url, pool_size=10)
+    yield store
+    store.dispose()
+
+
+@dataclass
+class Clock:
+    """The app's clock, settable by a test (signature timestamps and tokens are judged by it)."""
+
+    now: float = field(default_factory=time.time)
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def rung() -> list[str]:
+    return []
+
+
+def web_settings(**overrides: object) -> WebSettings:
+    values: dict[str, object] = dict(
+        github_secrets=(GITHUB_SECRET,),
+        stripe_secrets=(STRIPE_SECRET,),
+        webhook_secrets=(WEBHOOK_SECRET,),
+        approval_secrets=(APPROVAL_SECRET,),
+    )
+    values.update(overrides)
+    return WebSettings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings() -> WebSettings:
+    return web_settings()
+
+
+@pytest.fixture
+def app(web_store: Store, rung: list[str], settings: WebSettings, clock: Clock):  # type: ignore[no-untyped-def]
+    return create_app(store=web_store, ring=rung.append, settings=settings,
+                      broker_check=lambda: None, clock=clock)
+
+
+class Client:
+    """The app in-process over httpx's ASGI transport, driven from sync tests through one
+    event loop in a portal thread (what Starlette's TestClient does, without its deprecated
+    httpx path). An exception escaping the app fails the test instead of hiding in a 500."""
+
+    def __init__(self, app, portal) -> None:  # type: ignore[no-untyped-def]
+        self.portal = portal
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=True),
+                                      base_url="http://web.test")
+
+    def request(self, method: str, url: str, **kwargs: object) -> httpx.Response:
+        return self.portal.call(lambda: self.http.request(method, url, **kwargs))
+
+    def post(self, url: str, **kwargs: object) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
+
+    def get(self, url: str, **kwargs: object) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def gather(self, requests: list[tuple[str, str, dict]]) -> list[httpx.Response]:
+        """Send all at once on the app's loop: the store calls run in concurrent threads."""
+        async def all_at_once() -> list[httpx.Response]:
+            results: list[httpx.Response] = [None] * len(requests)  # type: ignore[list-item]
+
+            async def one(i: int, method: str, url: str, kwargs: dict) -> None:
+                results[i] = await self.http.request(method, url, **kwargs)
+
+            async with anyio.create_task_group() as tg:
+                for i, (method, url, kwargs) in enumerate(requests):
+                    tg.start_soon(one, i, method, url, kwargs)
+            return results
+
+        return self.portal.call(all_at_once)
+
+
+@pytest.fixture
+def client(app) -> Iterator[Client]:  # type: ignore[no-untyped-def]
+    with anyio.from_thread.start_blocking_portal() as portal:
+        c = Client(app, portal)
+        yield c
+        portal.call(c.http.aclose)
+
+
+@pytest.fixture
+def inbox() -> str:
+    return f"inbox-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,64 @@
+"""The ASGI app: ``create_app()`` builds it; uvicorn serves it (``python -m web``, or
+``uvicorn --factory web.app:create_app``).
+
+Everything the app talks to can be passed in, so tests run it against a real store with a
+simple doorbell: ``create_app(store=Store.connect(url), ring=rung.append)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from . import approvals, ops, receivers
+from .access_log import AccessLog
+from .edge import Check, Edge, Ring, _default_store
+from .settings import WebSettings
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": "not_found"}, status_code=404)
+
+
+async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    return JSONResponse({"error": "method_not_allowed"}, status_code=405)
+
+
+def create_app(
+    *,
+    store: Any = None,
+    ring: Ring | None = None,
+    settings: WebSettings | None = None,
+    broker_check: Check | None = None,
+    clock: Callable[[], float] | None = None,
+) -> Starlette:
+    """The web edge.
+
+    - ``store``: a ``store.Store``; default: connected lazily (in the serving process) to the
+      runtime's database URL.
+    - ``ring``: ``ring(inbox)``, the doorbell; default ``tasks.doorbell.ring``.
+    - ``settings``: default ``WebSettings.from_env()`` (secrets, limits, tolerance).
+    - ``broker_check``: raises when the broker is down; default: connect to the runtime's broker.
+    - ``clock``: seconds since the epoch; signatures' timestamps and tokens are judged by it.
+    """
+    settings = settings or WebSettings.from_env()
+    edge = Edge(
+        settings=settings,
+        store_factory=(lambda: store) if store is not None else _default_store,
+        ring_fn=ring,
+        broker_check=broker_check,
+        clock=clock or time.time,
+    )
+    app = Starlette(
+        routes=[*receivers.routes, *approvals.routes, *ops.routes],
+        exception_handlers={404: _not_found, 405: _method_not_allowed},
+        middleware=[Middleware(AccessLog)],
+    )
+    app.state.edge = edge
+    return app

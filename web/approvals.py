@@ -1,0 +1,136 @@
+"""Approval answers: ``GET``/``POST /approvals/{inbox}/{request_id}``.
+
+``GET`` (the link in the agent's message) shows a page with Yes and No buttons and changes
+nothing: chat link previews and mail scanners open links, and must not answer for a human.
+``POST`` with ``answer=yes|no`` and the link's ``token`` (form fields, a JSON object, or the
+token as ``?token=`` / ``Authorization: Bearer``) stores the answer and returns the outcome
+that stands: ``yes``/``no``, ``expired`` (a late answer never counts), ``unknown`` (404).
+
+The token is checked before anything else is looked at; it is never logged, echoed or
+recorded (a refusal of this route keeps no body excerpt).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from .body import parse_object, read_bounded
+from .edge import Context, Edge, guarded
+from .refusals import Refused
+from .tokens import check_token
+
+ANSWERS = ("yes", "no")
+
+# The page is ours and tiny: no external resource, no script, and no Referer leaves it.
+_HEADERS = {
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
+    "X-Frame-Options": "DENY",
+}
+
+
+def _token_from(request: Request, fields: dict[str, Any]) -> str | None:
+    token = fields.get("token") or request.query_params.get("token")
+    auth = request.headers.get("authorization", "")
+    if not token and auth[:7].lower() == "bearer ":
+        token = auth[7:].strip()
+    return token if isinstance(token, str) and token else None
+
+
+def _authorize(edge: Edge, token: str | None, inbox: str, request_id: str) -> None:
+    if token is None:
+        raise Refused("no_token", "an approval answer needs the token from its link")
+    problem = check_token(token, inbox, request_id, secrets=edge.settings.approval_secrets, now=edge.now())
+    if problem == "expired_token":
+        raise Refused("expired_token", "this approval link has expired")
+    if problem is not None:
+        raise Refused("bad_token", "this token is not valid for this approval")
+
+
+async def _fields(request: Request, limit: int) -> dict[str, Any]:
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media not in ("application/x-www-form-urlencoded", "application/json", ""):
+        raise Refused("content_type", "send the answer as a form or a JSON object")
+    body = await read_bounded(request, limit)
+    if media == "application/json":
+        return parse_object(body, max_depth=4, max_int_digits=20)
+    try:
+        parsed = parse_qs(body.decode("utf-8"), max_num_fields=10, strict_parsing=False)
+    except (UnicodeDecodeError, ValueError):
+        raise Refused("bad_answer", "the form is not valid") from None
+    return {k: v[0] for k, v in parsed.items() if v}
+
+
+def _wants_html(request: Request) -> bool:
+    return "text/html" in request.headers.get("accept", "")
+
+
+async def answer(request: Request, edge: Edge, ctx: Context) -> Response:
+    from store import InvalidEvent
+
+    inbox = request.path_params["inbox"]
+    request_id = request.path_params["request_id"]
+    ctx.source, ctx.source_id = "approval", request_id
+    fields = await _fields(request, edge.settings.max_approval_body_bytes)
+    _authorize(edge, _token_from(request, fields), inbox, request_id)
+    given = fields.get("answer")
+    if given not in ANSWERS:
+        raise Refused("bad_answer", "answer must be yes or no")
+    try:
+        outcome = await edge.call_store("answer_approval", inbox, request_id, given)
+    except InvalidEvent as exc:
+        raise Refused("invalid_event", str(exc)) from None
+    if outcome in ANSWERS:
+        await edge.ring(inbox)  # the answer is an inbox event: wake the agent
+    status = 404 if outcome == "unknown" else 200
+    if _wants_html(request):
+        return HTMLResponse(_page(_outcome_text(outcome, given)), status_code=status, headers=_HEADERS)
+    return JSONResponse({"inbox": inbox, "request_id": request_id, "answer": given, "outcome": outcome},
+                        status_code=status, headers=_HEADERS)
+
+
+async def show(request: Request, edge: Edge, ctx: Context) -> Response:
+    inbox = request.path_params["inbox"]
+    request_id = request.path_params["request_id"]
+    ctx.source, ctx.source_id = "approval", request_id
+    token = _token_from(request, {})
+    _authorize(edge, token, inbox, request_id)
+    e = html.escape
+    form = (
+        f'<form method="post"><input type="hidden" name="token" value="{e(token or "")}">'
+        '<button name="answer" value="yes">Yes</button> '
+        '<button name="answer" value="no">No</button></form>'
+    )
+    body = f"<p>Approval <b>{e(request_id)}</b> for <b>{e(inbox)}</b></p>{form}"
+    return HTMLResponse(_page(body), headers=_HEADERS)
+
+
+def _outcome_text(outcome: str, given: str) -> str:
+    if outcome == "expired":
+        return "<p>This approval has expired; the answer was not counted.</p>"
+    if outcome == "unknown":
+        return "<p>No such approval.</p>"
+    if outcome != given:
+        return f"<p>An earlier answer stands: <b>{html.escape(outcome)}</b>.</p>"
+    return f"<p>Recorded: <b>{html.escape(outcome)}</b>.</p>"
+
+
+def _page(body: str) -> str:
+    return (
+        '<!doctype html><html><head><meta charset="utf-8"><title>wakeful approval</title>'
+        '<meta name="viewport" content="width=device-width"></head>'
+        f"<body style=\"font-family:sans-serif;max-width:32em;margin:2em auto\">{body}</body></html>"
+    )
+
+
+routes = [
+    Route("/approvals/{inbox}/{request_id}", guarded("web:approvals", answer), methods=["POST"]),
+    Route("/approvals/{inbox}/{request_id}", guarded("web:approvals", show), methods=["GET"]),
+]

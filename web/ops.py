@@ -1,0 +1,149 @@
+"""Operations: ``GET /healthz`` and ``GET /metrics`` (Prometheus text format).
+
+Metrics are read from the store at scrape time, so every web process reports the same
+numbers (nothing is split across uvicorn workers), plus this process's own refusal counts.
+The store queries are read-only and use its partial indexes (live events, held outbox, live
+timers); rejected input is counted from the store's rejection table, which the runtime's
+retention purges, so that count is "within the retention window".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .edge import Edge
+
+log = logging.getLogger("wakeful.web")
+
+
+def _default_broker_check() -> None:
+    """Connect to the runtime's broker once, with a short timeout; raise when unreachable."""
+    from kombu import Connection
+
+    from .settings import runtime_settings
+
+    with Connection(runtime_settings().broker, connect_timeout=2) as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+
+
+async def _probe(check: Any, timeout: int) -> str:
+    try:
+        with anyio.fail_after(timeout):
+            await anyio.to_thread.run_sync(check, abandon_on_cancel=True)
+        return "ok"
+    except TimeoutError:
+        return "timeout"
+    except Exception as exc:  # noqa: BLE001 - any failure means down; say which kind, no detail
+        return f"down ({type(exc).__name__})"
+
+
+async def healthz(request: Request) -> Response:
+    edge: Edge = request.app.state.edge
+    timeout = edge.settings.health_timeout
+    store_state = await _probe(lambda: edge.store.ping(), timeout)
+    broker_state = await _probe(edge.broker_check or _default_broker_check, timeout)
+    healthy = store_state == "ok" and broker_state == "ok"
+    return JSONResponse({"store": store_state, "broker": broker_state},
+                        status_code=200 if healthy else 503, headers={"Cache-Control": "no-store"})
+
+
+def store_figures(store: Any, now: int) -> dict[str, Any]:
+    """Queue figures read from the store: ``store.metrics(now=)`` when it offers one, else
+    read-only SQL on its tables (the same numbers)."""
+    if hasattr(store, "metrics"):
+        return dict(store.metrics(now=now))
+    from sqlalchemy import func, select
+
+    from store.tables import events, outbox, rejected, timers
+
+    with store.engine.connect() as conn:
+        by_status = dict(conn.execute(
+            select(events.c.status, func.count()).where(events.c.status.in_(("pending", "running", "dead")))
+            .group_by(events.c.status)).all())
+        oldest = conn.execute(select(func.min(events.c.created)).where(events.c.status == "pending")).scalar()
+        held = conn.execute(select(func.count()).select_from(outbox).where(outbox.c.sent_at.is_(None))).scalar()
+        overdue = conn.execute(select(func.count()).select_from(timers)
+                               .where(timers.c.done.is_(False), timers.c.due <= now)).scalar()
+        refused = dict(conn.execute(select(rejected.c.origin, func.count()).group_by(rejected.c.origin)).all())
+    return {
+        "events_pending": int(by_status.get("pending", 0)),
+        "events_running": int(by_status.get("running", 0)),
+        "events_dead": int(by_status.get("dead", 0)),
+        "oldest_pending_age": max(0, now - int(oldest)) if oldest is not None else 0,
+        "outbox_held": int(held or 0),
+        "timers_overdue": int(overdue or 0),
+        "rejected": {str(k): int(v) for k, v in refused.items()},
+        "counters": store.counters(),
+    }
+
+
+class _Collector:
+    """Turns one snapshot into metric families (prometheus_client does the escaping)."""
+
+    def __init__(self, figures: dict[str, Any], refusals: dict[tuple[str, str], int]) -> None:
+        self.figures = figures
+        self.refusals = refusals
+
+    def collect(self) -> Iterator[Metric]:
+        f = self.figures
+        events = GaugeMetricFamily("wakeful_events", "Events by status (live rows only)", labels=["status"])
+        for status in ("pending", "running", "dead"):
+            events.add_metric([status], f.get(f"events_{status}", 0))
+        yield events
+        yield GaugeMetricFamily("wakeful_oldest_pending_age_seconds",
+                                "Age of the oldest pending event (0 when none)",
+                                value=f.get("oldest_pending_age", 0))
+        yield GaugeMetricFamily("wakeful_outbox_held", "Outbox messages not sent yet",
+                                value=f.get("outbox_held", 0))
+        yield GaugeMetricFamily("wakeful_timers_overdue", "Live timers whose due time has passed",
+                                value=f.get("timers_overdue", 0))
+        counters = f.get("counters", {})
+        for name in sorted(counters):
+            yield CounterMetricFamily(f"wakeful_{_metric_name(name)}",
+                                      f"Store counter {name}", value=counters[name])
+        rejected = CounterMetricFamily("wakeful_rejected_input",
+                                       "Refused input recorded in the store (within retention)",
+                                       labels=["origin"])
+        for origin, count in sorted(f.get("rejected", {}).items()):
+            rejected.add_metric([origin], count)
+        yield rejected
+        web = CounterMetricFamily("wakeful_web_refusals",
+                                  "Requests this web process refused, by route and reason",
+                                  labels=["route", "reason"])
+        for (route, reason), count in sorted(self.refusals.items()):
+            web.add_metric([route, reason], count)
+        yield web
+
+
+def _metric_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned[:-6] if cleaned.endswith("_total") else cleaned  # the family adds _total
+
+
+async def metrics(request: Request) -> Response:
+    edge: Edge = request.app.state.edge
+    try:
+        figures = await run_in_threadpool(store_figures, edge.store, edge.now())
+    except Exception as exc:  # noqa: BLE001 - a scrape must say the store is down, not crash
+        log.error("metrics: store unavailable: %s", type(exc).__name__)
+        return Response("# store unavailable\n", status_code=503, media_type="text/plain")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(figures, dict(edge.refusals)))  # type: ignore[arg-type]
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+routes = [
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+]

@@ -1,0 +1,115 @@
+"""Signed, expiring approval tokens bound to one (inbox, request_id).
+
+Format: ``<expires>.<base64url HMAC-SHA256(key, canonical(purpose, inbox, request_id, expires))>``,
+where ``canonical`` is a JSON array, so no choice of inbox or request id can collide with
+another's (no separator ambiguity). The token carries no data but its expiry; the inbox and
+request id come from the URL and must be the ones it was made for.
+
+Why the standard library's ``hmac`` and not itsdangerous: the token is one fixed-format
+MAC, about twenty lines with ``hmac.compare_digest``; itsdangerous would add a dependency
+and a serializer for no property we need. Key rotation: the first key signs, any key
+verifies (``WAKEFUL_APPROVAL_SECRET=new,old``).
+
+A token is a bearer credential: whoever holds the link may answer. The web edge keeps it out
+of access logs (see web/__main__.py) and sends ``Referrer-Policy: no-referrer``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Sequence
+from urllib.parse import quote
+
+from .settings import SettingsError, WebSettings
+
+PURPOSE = "wakeful-approval/1"
+_MAX_EXPIRY_DIGITS = 12
+
+
+def _mac(key: str, inbox: str, request_id: str, expires: int) -> bytes:
+    message = json.dumps([PURPOSE, inbox, request_id, expires], ensure_ascii=True, separators=(",", ":"))
+    return hmac.new(key.encode("utf-8"), message.encode("ascii"), hashlib.sha256).digest()
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _keys(secrets: Sequence[str] | str | None) -> tuple[str, ...]:
+    if secrets is None:
+        secrets = WebSettings.from_env().approval_secrets
+    elif isinstance(secrets, str):
+        secrets = (secrets,)
+    keys = tuple(s for s in secrets if s)
+    if not keys:
+        raise SettingsError("WAKEFUL_APPROVAL_SECRET is not set: approval links cannot be signed")
+    return keys
+
+
+def make_token(
+    inbox: str,
+    request_id: str,
+    *,
+    expires_in: int | None = None,
+    secret: Sequence[str] | str | None = None,
+    now: int | None = None,
+) -> str:
+    """A token that lets its holder answer approval ``request_id`` of ``inbox`` until it expires.
+
+    ``secret`` defaults to ``WAKEFUL_APPROVAL_SECRET`` (the first key when several are set);
+    ``expires_in`` to ``WAKEFUL_APPROVAL_TOKEN_TTL``.
+    """
+    key = _keys(secret)[0]
+    if expires_in is None:
+        expires_in = WebSettings.from_env().approval_token_ttl
+    if expires_in <= 0:
+        raise ValueError("expires_in must be positive")
+    expires = int(time.time() if now is None else now) + int(expires_in)
+    return f"{expires}.{_b64(_mac(key, inbox, request_id, expires))}"
+
+
+def check_token(
+    token: str, inbox: str, request_id: str, *, secrets: Sequence[str], now: int
+) -> str | None:
+    """None when the token is valid for (inbox, request_id) at ``now``; else the reason code
+    (``"bad_token"`` or ``"expired_token"``). Never raises on a crafted token."""
+    if not secrets:
+        return "bad_token"
+    stamp, sep, mac = token.partition(".")
+    if not sep or not stamp.isascii() or not stamp.isdigit() or len(stamp) > _MAX_EXPIRY_DIGITS:
+        return "bad_token"
+    expires = int(stamp)
+    given = mac.encode("ascii", errors="replace")
+    matched = False
+    for key in secrets:
+        expected = _b64(_mac(key, inbox, request_id, expires)).encode("ascii")
+        matched |= hmac.compare_digest(expected, given)
+    if not matched:
+        return "bad_token"
+    # Checked after the MAC, so an expiry is only reported for a token we really issued.
+    if now >= expires:
+        return "expired_token"
+    return None
+
+
+def approval_link(
+    inbox: str,
+    request_id: str,
+    *,
+    base_url: str | None = None,
+    expires_in: int | None = None,
+    secret: Sequence[str] | str | None = None,
+    now: int | None = None,
+) -> str:
+    """The URL an agent puts in its approval message: a page with Yes and No buttons.
+
+    Opening it changes nothing (link previewers and mail scanners fetch links); the buttons
+    POST the answer with the token.
+    """
+    token = make_token(inbox, request_id, expires_in=expires_in, secret=secret, now=now)
+    base = (base_url or WebSettings.from_env().public_url).rstrip("/")
+    return f"{base}/approvals/{quote(inbox, safe='')}/{quote(request_id, safe='')}?token={token}"
