@@ -1,0 +1,182 @@
+"""Real concurrency on PostgreSQL: threads racing through the store, invariants counted after.
+
+Each test runs the racing calls in threads with their own pooled connections, on the
+database's clock where the rule is about time (leases), and on fixed times where the rule is
+about ordering (timers, approvals, the outbox gap). Afterwards it counts what must be zero.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from store import Outcome, OutgoingMessage, Store
+
+T = 1_000_000
+
+
+@pytest.fixture
+def pg_store(pg_url: str):  # type: ignore[no-untyped-def]
+    opened: list[Store] = []
+
+    def make(**settings: object) -> Store:
+        store = Store.connect(pg_url, pool_size=12, **settings)  # type: ignore[arg-type]
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.dispose()
+
+
+def race(n: int, work: Callable[[int], object]) -> list[object]:
+    """Run ``work(i)`` in ``n`` threads released together by a barrier."""
+    barrier = threading.Barrier(n)
+
+    def go(i: int) -> object:
+        barrier.wait()
+        return work(i)
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(go, range(n)))
+
+
+def test_eight_workers_with_stalls_past_the_ttl_finish_every_event_exactly_once(pg_store) -> None:  # type: ignore[no-untyped-def]
+    store = pg_store(lease_ttl=1, max_attempts=50)
+    inbox, total = "hot", 200
+    accepted: list[tuple[str, int, list[int]]] = []
+    refused: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def producer() -> None:
+        for n in range(total):
+            store.ingest(inbox, "chat", f"m-{n}", {"n": n})
+            time.sleep(0.01)
+
+    def worker(i: int) -> None:
+        rng = random.Random(i)
+        holder = f"W{i}"
+        stalled_once = i != 0  # W0 always stalls once, so a stale finish is sure to happen
+        while not stop.is_set():
+            gen = store.acquire(inbox, holder)
+            if gen is None:
+                time.sleep(0.005)
+                continue
+            batch = store.claim(inbox, holder, gen)
+            if batch and (not stalled_once or rng.random() < 0.05):
+                stalled_once = True
+                time.sleep(2.2)  # past the lease: another worker takes over
+            ids = [e.id for e in batch]
+            ok = store.finish(inbox, holder, gen, ids, Outcome(messages=[f"{holder}:{gen}:{ids}"]))
+            with lock:
+                (accepted.append((holder, gen, ids)) if ok else refused.append((holder, gen)))
+            if ok and not batch:
+                store.release(inbox, holder, gen)
+
+    feeding = threading.Thread(target=producer)
+    feeding.start()
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(worker, i) for i in range(8)]
+        feeding.join()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if all(e.status == "done" for e in store.events(inbox)):
+                break
+            time.sleep(0.1)
+        stop.set()
+        for f in futures:
+            f.result()
+
+    events = store.events(inbox)
+    done_counts = Counter(i for _, _, ids in accepted for i in ids)
+    assert len(events) == total
+    assert [e for e in events if e.status != "done"] == []  # nothing lost
+    assert [i for i, n in done_counts.items() if n > 1] == []  # nothing done twice
+    assert set(done_counts) == {e.id for e in events}
+    assert refused, "no stale finish happened: the test did not exercise fencing"
+    assert len(store.outbox(inbox)) == len(accepted)  # messages only from accepted completions
+    holders_per_generation: dict[int, set[str]] = {}
+    for run in store.runs(inbox, limit=100_000):
+        holders_per_generation.setdefault(run.generation, set()).add(run.holder)
+    assert {g: h for g, h in holders_per_generation.items() if len(h) > 1} == {}
+    assert store.counters()["stale_finishes_refused"] == len(refused)
+
+
+def test_eight_threads_ingesting_one_key_store_one_row(pg_store) -> None:  # type: ignore[no-untyped-def]
+    store = pg_store()
+    for round_ in range(5):
+        results = race(8, lambda i: store.ingest("a", "github", f"d-{round_}", {"from": i}))
+        assert results.count(True) == 1 and results.count(False) == 7
+    assert len(store.events("a")) == 5
+
+
+def test_two_schedulers_racing_fire_each_occurrence_once(pg_store) -> None:  # type: ignore[no-untyped-def]
+    store = pg_store()
+    for n in range(1000):
+        store.add_timer(f"inbox-{n % 50}", f"t{n}", T, {}, every=3600)
+    fired = race(2, lambda i: store.run_scheduler(now=T + 10, limit=50))
+    all_fired = [f for batch in fired for f in batch]
+    assert len(all_fired) == 1000 and all(f.stored for f in all_fired)
+    assert len({(f.inbox, f.timer_id) for f in all_fired}) == 1000
+    assert all(fired), "one scheduler did all the work: the race did not happen"
+    with store.engine.connect() as conn:
+        from sqlalchemy import func, select
+
+        from store.tables import events
+
+        assert conn.execute(select(func.count()).select_from(events)).scalar() == 1000
+
+
+def test_answers_racing_the_expiry_scan_at_the_deadline_agree_on_one_outcome(pg_store) -> None:  # type: ignore[no-untyped-def]
+    store = pg_store()
+    deadline = T + 3600
+    requests = [f"r{n}" for n in range(40)]
+    for r in requests:
+        store.request_approval("a", r, f"refund {r}", 3600, now=T)
+
+    def act(i: int) -> object:
+        if i == 0:
+            return store.run_scheduler(now=deadline)
+        offset = (-1, 0, 1)[i % 3]  # answers at the deadline - 1 s, at it, and 1 s after
+        return [(r, store.answer_approval("a", r, "yes", now=deadline + offset)) for r in requests]
+
+    results = race(7, act)
+    stored = {e.source_id: e.payload["answer"] for e in store.events("a")}
+    assert sorted(stored) == sorted(requests)  # exactly one event per request
+    told = [(r, answer) for batch in results[1:] for r, answer in batch]
+    assert [(r, a) for r, a in told if a != stored[r]] == []  # every caller told the one that stands
+    assert {a for _, a in told if a != "expired"} <= {"yes"}
+
+
+def test_two_dispatchers_never_send_a_message_twice_and_hold_the_gap(pg_store) -> None:  # type: ignore[no-untyped-def]
+    gap = 60
+    store = pg_store(outbox_gap=gap)
+    sends: list[tuple[int, OutgoingMessage]] = []
+    lock = threading.Lock()
+    now = T
+    for step in range(40):
+        now = T + step * 20
+        store.ingest("a", "chat", f"m-{step}", {}, now=now)
+        gen = store.acquire("a", "W", now=now)
+        batch = store.claim("a", "W", gen, now=now)
+        store.finish("a", "W", gen, [e.id for e in batch], Outcome(messages=[f"update {step}"]), now=now)
+
+        def dispatch(i: int, at: int = now) -> int:
+            def send(message: OutgoingMessage) -> None:
+                with lock:
+                    sends.append((at, message))
+            return store.dispatch("a", send, now=at)
+
+        race(2, dispatch)
+    sent_ids = Counter(i for _, m in sends for i in m.message_ids)
+    assert [i for i, n in sent_ids.items() if n > 1] == []
+    times = [at for at, _ in sends]
+    assert all(b - a >= gap for a, b in zip(times, times[1:]))
+    assert len(sent_ids) == len([m for m in store.outbox("a") if m.sent_at is not None])
