@@ -1,0 +1,153 @@
+"""Start, watch and stop real worker and beat processes (``wakeful demo`` and the tests).
+
+Each process gets its own log file and its own process group, so stopping one never
+touches anything else, and a SIGKILL of a worker (its main process and its pool children)
+is exactly what a machine dying looks like to the rest of the system.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tasks.celeryconfig import CONTROL_QUEUE, DEFAULT_QUEUE, OUTBOX_QUEUE, RUNS_QUEUE
+
+RUN_QUEUES = (RUNS_QUEUE,)
+CONTROL_QUEUES = (DEFAULT_QUEUE, CONTROL_QUEUE, OUTBOX_QUEUE)
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+@dataclass
+class Processes:
+    """A set of wakeful processes sharing one environment."""
+
+    env: Mapping[str, str]
+    logdir: Path
+    cwd: Path | None = None
+    procs: list[Proc] = field(default_factory=list)
+
+    def start(self, name: str, args: list[str]) -> Proc:
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        log = self.logdir / f"{name}.log"
+        out = open(log, "ab")
+        popen = subprocess.Popen(args, env=dict(self.env), cwd=self.cwd, stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+        out.close()
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, name: str, queues: tuple[str, ...], concurrency: int = 1) -> Proc:
+        return self.start(name, [
+            sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO",
+            "-n", f"{name}@%h", "-Q", ",".join(queues), "-c", str(concurrency),
+            "--without-mingle", "--without-gossip"])
+
+    def beat(self, name: str = "beat") -> Proc:
+        return self.start(name, [sys.executable, "-m", "celery", "-A", "tasks", "beat",
+                                 "-l", "INFO"])
+
+    def wait_ready(self, *procs: Proc, timeout: float = 60.0) -> None:
+        """Until each worker logged "ready." (beat: its first tick was sent)."""
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            marker = "Sending due task" if "beat" in proc.name else " ready."
+            while marker not in proc.text():
+                if not proc.alive():
+                    raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n"
+                                       + proc.text()[-3000:])
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{proc.name} not ready after {timeout}s:\n"
+                                       + proc.text()[-3000:])
+                time.sleep(0.05)
+
+    def kill(self, proc: Proc, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group: the main process and its pool children."""
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        if sig == signal.SIGKILL:
+            proc.popen.wait(timeout=10)
+
+    def stop(self, proc: Proc, grace: float = 10.0) -> None:
+        if proc.alive():
+            self.kill(proc, signal.SIGTERM)
+            try:
+                proc.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill(proc, signal.SIGKILL)
+        # children of a killed main process may linger: end the group
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop_all(self, grace: float = 10.0) -> None:
+        for proc in reversed(self.procs):
+            if proc.alive():
+                self.kill(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in reversed(self.procs):
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            self.stop(proc, grace=0.1)
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str,
+             interval: float = 0.05) -> object:
+    """Poll until ``condition()`` is truthy; its value, or TimeoutError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def holder_pid(holder: str | None) -> int | None:
+    """The process id inside a lease holder name (host:pid:task)."""
+    if not holder:
+        return None
+    parts = holder.split(":")
+    try:
+        return int(parts[-2])
+    except (IndexError, ValueError):
+        return None
+
+
+def pgid_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
