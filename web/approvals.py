@@ -87,8 +87,10 @@ async def answer(request: Request, edge: Edge, ctx: Context) -> Response:
         outcome = await edge.call_store("answer_approval", inbox, request_id, given)
     except InvalidEvent as exc:
         raise Refused("invalid_event", str(exc)) from None
-    if outcome in ANSWERS:
-        await edge.ring(inbox)  # the answer is an inbox event: wake the agent
+    if outcome != "unknown":
+        # The answer (or the expiry the store fired on the spot) is an inbox event: wake the
+        # agent. A repeated answer rings again, which costs a worker one empty look.
+        await edge.ring(inbox)
     status = 404 if outcome == "unknown" else 200
     if _wants_html(request):
         return HTMLResponse(_page(_outcome_text(outcome, given)), status_code=status, headers=_HEADERS)
