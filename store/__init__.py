@@ -22,6 +22,7 @@ from .records import (
     OutgoingMessage,
     Rejection,
     Run,
+    RunStep,
     Timer,
     TimerRow,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "OutgoingMessage",
     "Rejection",
     "Run",
+    "RunStep",
     "Store",
     "StoreSettings",
     "Timer",

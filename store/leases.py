@@ -37,7 +37,8 @@ def lock_or_create(conn: Connection, inbox: str) -> Row:
     return row
 
 
-def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> int | None:
+def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> tuple[int | None, int]:
+    """Take or renew the lease: (the generation or None if someone else holds it, now)."""
     row = lock_or_create(conn, inbox)
     now = clock(conn, now)
     if row.holder == holder and row.lease_until >= now:
@@ -47,13 +48,13 @@ def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: in
         if row.holder is not None:
             counters.bump(conn, counters.LEASE_TAKEOVERS)
     else:
-        return None  # someone else holds a live lease
-    conn.execute(
-        update(inboxes)
-        .where(inboxes.c.inbox == inbox)
-        .values(holder=holder, generation=generation, lease_until=now + s.lease_ttl)
-    )
-    return generation
+        return None, now  # someone else holds a live lease
+    extend(conn, s, inbox, now, holder=holder, generation=generation)
+    return generation, now
+
+
+def extend(conn: Connection, s: StoreSettings, inbox: str, now: int, **values: object) -> None:
+    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(lease_until=now + s.lease_ttl, **values))
 
 
 def holds(conn: Connection, inbox: str, holder: str, generation: int, now: int | None) -> int | None:
@@ -70,7 +71,7 @@ def renew(conn: Connection, s: StoreSettings, inbox: str, holder: str, generatio
     now = holds(conn, inbox, holder, generation, now)
     if now is None:
         return False
-    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(lease_until=now + s.lease_ttl))
+    extend(conn, s, inbox, now)
     return True
 
 
@@ -80,8 +81,12 @@ def release(conn: Connection, inbox: str, holder: str, generation: int, now: int
     now = holds(conn, inbox, holder, generation, now)
     if now is None or has_claimable(conn, inbox, generation, now):
         return False
-    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(holder=None, lease_until=0))
+    resign(conn, inbox)
     return True
+
+
+def resign(conn: Connection, inbox: str) -> None:
+    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(holder=None, lease_until=0))
 
 
 def claimable(inbox: str, generation: int | None, now: int):  # type: ignore[no-untyped-def]

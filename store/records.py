@@ -85,6 +85,15 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class RunStep:
+    """What ``finish_and_claim`` did: the finish, then the next batch or the release."""
+
+    finished: bool  # False: fenced (nothing written) or nothing of ours left to finish
+    events: list[Event]  # the next batch, claimed under the same generation
+    released: bool  # True when nothing was left and the lease was given up
+
+
+@dataclass(frozen=True)
 class OutboxRow:
     id: int
     inbox: str

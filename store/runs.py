@@ -17,7 +17,7 @@ from sqlalchemy import Connection, and_, case, delete, select, update
 from . import approvals, counters, leases, timers, validate
 from .inbox import EVENT_COLUMNS, to_event
 from .db import upsert
-from .records import Event, InvalidEvent, Message, Outcome
+from .records import Event, InvalidEvent, Message, Outcome, RunStep
 from .settings import StoreSettings
 from .tables import events, memory, outbox, runs
 
@@ -25,6 +25,36 @@ def claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generatio
     now = leases.holds(conn, inbox, holder, generation, now)
     if now is None:
         return []
+    return claim_batch(conn, s, inbox, generation, now)
+
+
+def start(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> tuple[int | None, list[Event]]:
+    """acquire + claim in one transaction: the first step of a wake-up costs one commit."""
+    generation, now = leases.acquire(conn, s, inbox, holder, now)
+    if generation is None:
+        return None, []
+    return generation, claim_batch(conn, s, inbox, generation, now)
+
+
+def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
+                     event_ids: Iterable[int], outcome: Outcome | None, error: str | None,
+                     now: int | None) -> RunStep:
+    """finish + the next claim, or the release when nothing is left, in one transaction."""
+    now = leases.holds(conn, inbox, holder, generation, now)
+    if now is None:
+        counters.bump(conn, counters.STALE_FINISHES_REFUSED)
+        return RunStep(finished=False, events=[], released=False)
+    finished = record(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
+    batch = claim_batch(conn, s, inbox, generation, now)
+    if batch:
+        leases.extend(conn, s, inbox, now)  # a full lease for the next batch
+        return RunStep(finished, batch, released=False)
+    leases.resign(conn, inbox)  # nothing claimable: the claim just looked, under the same lock
+    return RunStep(finished, [], released=True)
+
+
+def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> list[Event]:
+    """The claim rules, for a caller that already holds the inbox row and the lease."""
     mine = events.c.inbox == inbox
     conn.execute(
         update(events)
@@ -71,13 +101,19 @@ def finish(
     error: str | None,
     now: int | None,
 ) -> bool:
-    ids = sorted(set(event_ids))
-    if error is not None:
-        error = validate.excerpt(error, 4000) or "error"
     now = leases.holds(conn, inbox, holder, generation, now)
     if now is None:
         counters.bump(conn, counters.STALE_FINISHES_REFUSED)
         return False
+    return record(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
+
+
+def record(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
+           event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int) -> bool:
+    """A run's completion, for a caller that already holds the inbox row and the lease."""
+    ids = sorted(set(event_ids))
+    if error is not None:
+        error = validate.excerpt(error, 4000) or "error"
     mine = conn.execute(
         select(events.c.id, events.c.attempts, events.c.claimed_at).where(
             events.c.id.in_(ids),

@@ -25,6 +25,7 @@ from .records import (
     OutgoingMessage,
     Rejection,
     Run,
+    RunStep,
     TimerRow,
 )
 from .settings import StoreSettings
@@ -75,7 +76,7 @@ class Store:
         validate.inbox(inbox)
         validate.name("holder", holder, 255)
         with transaction(self.engine) as conn:
-            return leases.acquire(conn, self.settings, inbox, holder, now)
+            return leases.acquire(conn, self.settings, inbox, holder, now)[0]
 
     def renew(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
         with transaction(self.engine) as conn:
@@ -94,6 +95,21 @@ class Store:
                now: int | None = None) -> bool:
         with transaction(self.engine) as conn:
             return runs.finish(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
+
+    def start_run(self, inbox: str, holder: str, *, now: int | None = None) -> tuple[int | None, list[Event]]:
+        """``acquire`` then ``claim`` in one transaction: (generation or None, first batch)."""
+        validate.inbox(inbox)
+        validate.name("holder", holder, 255)
+        with transaction(self.engine) as conn:
+            return runs.start(conn, self.settings, inbox, holder, now)
+
+    def finish_and_claim(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
+                         outcome: Outcome | None = None, error: str | None = None, *,
+                         now: int | None = None) -> RunStep:
+        """``finish``, then the next ``claim`` (lease extended) or, when nothing is claimable,
+        the ``release``: one transaction instead of three."""
+        with transaction(self.engine) as conn:
+            return runs.finish_and_claim(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
 
     # -- timers --------------------------------------------------------------------------
 

@@ -252,3 +252,52 @@ def test_a_bad_outcome_rolls_the_whole_finish_back(store: Store) -> None:
     assert store.outbox("a") == []
     assert statuses(store, "a") == {"m-1": ("running", 1)}
     assert store.finish("a", "A", gen, [e.id for e in batch], error="bad outcome", now=T)
+
+
+# -- the combined steps a worker uses: one commit to start, one per batch after -------------
+
+def count_commits(store: Store) -> list[int]:
+    from sqlalchemy import event
+
+    commits = [0]
+    event.listen(store.engine, "commit", lambda conn: commits.__setitem__(0, commits[0] + 1))
+    return commits
+
+
+def test_a_wake_with_one_batch_costs_two_commits(store: Store) -> None:
+    fill(store, "a", "m-1", "m-2")
+    commits = count_commits(store)
+    gen, batch = store.start_run("a", "A", now=T)
+    assert gen == 1 and [e.source_id for e in batch] == ["m-1", "m-2"]
+    step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], Outcome(messages=["ok"]), now=T + 1)
+    assert (step.finished, step.events, step.released) == (True, [], True)
+    assert commits[0] == 2
+    assert statuses(store, "a") == {"m-1": ("done", 1), "m-2": ("done", 1)}
+    assert store.acquire("a", "B", now=T + 2) == 2  # released: taken over at once
+
+
+def test_finish_and_claim_hands_back_the_next_batch_with_a_fresh_lease(store: Store) -> None:
+    fill(store, "a", "m-1")
+    gen, batch = store.start_run("a", "A", now=T)
+    fill(store, "a", "m-2", now=T + 100)
+    step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], now=T + 100)
+    assert step.finished and not step.released
+    assert [(e.source_id, e.claim_gen) for e in step.events] == [("m-2", gen)]
+    assert store.acquire("a", "B", now=T + 100 + TTL) is None  # extended from T + 100
+
+
+def test_start_run_refuses_while_another_holds_the_lease(store: Store) -> None:
+    fill(store, "a", "m-1")
+    store.acquire("a", "A", now=T)
+    assert store.start_run("a", "B", now=T + 1) == (None, [])
+    assert statuses(store, "a") == {"m-1": ("pending", 0)}
+
+
+def test_finish_and_claim_is_fenced(store: Store) -> None:
+    fill(store, "a", "m-1")
+    gen, batch = store.start_run("a", "A", now=T)
+    store.start_run("a", "B", now=T + TTL + 1)
+    step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], Outcome(messages=["late"]), now=T + TTL + 2)
+    assert (step.finished, step.events, step.released) == (False, [], False)
+    assert store.outbox("a") == []
+    assert store.acquire("a", "A", now=T + TTL + 3) is None  # B still holds it
