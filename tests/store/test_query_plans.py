@@ -1,0 +1,55 @@
+"""The hot queries read only live rows: their cost follows due timers and live events, not history.
+
+PostgreSQL only: the planner is asked, after ANALYZE, how it runs the scheduler's and the
+claim's queries over a table that is mostly history.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select, text
+
+from store import Store
+from store.db import transaction
+from store.leases import claimable
+from store.tables import events, timers
+from store.timers import due_now
+
+
+def plan(store: Store, query) -> str:  # type: ignore[no-untyped-def]
+    with transaction(store.engine) as conn:
+        compiled = query.compile(conn, compile_kwargs={"literal_binds": True})
+        return "\n".join(conn.execute(text(f"EXPLAIN {compiled}")).scalars())
+
+
+def test_the_scheduler_reads_due_timers_through_the_partial_index(pg_url: str) -> None:
+    store = Store.connect(pg_url)
+    try:
+        with transaction(store.engine) as conn:
+            conn.execute(text(
+                "INSERT INTO timers (inbox, timer_id, due, every, payload, misfire, done) "
+                "SELECT 'i' || (n % 100), 't' || n, 2000000 + n, 60, '{}', 'coalesce', n % 2 = 0 "
+                "FROM generate_series(1, 50000) AS n"))
+            conn.execute(text("ANALYZE timers"))
+        query = (select(timers).where(~timers.c.done, timers.c.due <= 2000010).order_by(timers.c.due)
+                 .limit(500).with_for_update(skip_locked=True))
+        assert "ix_timers_due" in plan(store, query)
+        with transaction(store.engine) as conn:
+            assert len(due_now(conn, 2_000_010, 500)) == 5
+    finally:
+        store.dispose()
+
+
+def test_a_claim_reads_live_events_through_the_partial_index(pg_url: str) -> None:
+    store = Store.connect(pg_url)
+    try:
+        with transaction(store.engine) as conn:
+            conn.execute(text(
+                "INSERT INTO events (inbox, source, source_id, payload, status, created) "
+                "SELECT 'i' || (n % 100), 'chat', 'm' || n, '{}', "
+                "CASE WHEN n % 1000 = 0 THEN 'pending' ELSE 'done' END, 1 "
+                "FROM generate_series(1, 50000) AS n"))
+            conn.execute(text("ANALYZE events"))
+        query = select(events.c.id).where(claimable("i0", None, 2_000_000)).order_by(events.c.id).limit(100)
+        assert "ix_events_live" in plan(store, query)
+    finally:
+        store.dispose()
