@@ -46,6 +46,28 @@ def insert_event(conn: Connection, inbox: str, source: str, source_id: str, payl
     return stored is not None
 
 
+def insert_events(conn: Connection, items: list[tuple[str, str, str, dict[str, Any]]], now: int | None) -> list[bool]:
+    """One multi-row INSERT ... ON CONFLICT DO NOTHING; True per item that was stored.
+
+    The same key twice in one batch is stored once (the first copy)."""
+    if not items:
+        return []
+    created = clock_expr(conn, now)
+    stored = conn.execute(
+        insert(conn, events)
+        .values([{"inbox": i, "source": s, "source_id": sid, "payload": p, "created": created}
+                 for i, s, sid, p in items])
+        .on_conflict_do_nothing(index_elements=["inbox", "source", "source_id"])
+        .returning(events.c.inbox, events.c.source, events.c.source_id)
+    ).all()
+    new = {tuple(r) for r in stored}
+    result = []
+    for i, s, sid, _ in items:
+        result.append((i, s, sid) in new)
+        new.discard((i, s, sid))  # a second copy in the same batch is a duplicate
+    return result
+
+
 def events_of(conn: Connection, inbox: str, status: str | None = None) -> list[Event]:
     query = select(*EVENT_COLUMNS).where(events.c.inbox == inbox)
     if status is not None:

@@ -20,6 +20,7 @@ from .records import (
     Event,
     Fired,
     InboxStatus,
+    InvalidEvent,
     Outcome,
     OutboxRow,
     OutgoingMessage,
@@ -69,6 +70,23 @@ class Store:
         validate.payload(payload, self.settings.max_payload_bytes)
         with transaction(self.engine) as conn:
             return inbox_rules.insert_event(conn, inbox, source, source_id, payload, now)
+
+    def ingest_many(self, items: Iterable[tuple[str, str, str, dict[str, Any]]], *,
+                    now: int | None = None) -> list[bool]:
+        """Many ``(inbox, source, source_id, payload)`` in one short transaction; True per
+        item stored. Every item is checked first: one bad item raises ``InvalidEvent``
+        (naming its index) and nothing is stored."""
+        batch = list(items)
+        for n, item in enumerate(batch):
+            try:
+                inbox, source, source_id, payload = item
+                validate.inbox(inbox)
+                validate.key(source, source_id)
+                validate.payload(payload, self.settings.max_payload_bytes)
+            except (TypeError, ValueError) as exc:
+                raise InvalidEvent(f"item {n}: {exc}") from None
+        with transaction(self.engine) as conn:
+            return inbox_rules.insert_events(conn, batch, now)
 
     # -- one worker per inbox ------------------------------------------------------------
 

@@ -96,3 +96,20 @@ def test_unknown_settings_are_refused() -> None:
         Store.connect("sqlite:///:memory:", lease_tll=5)
     with pytest.raises(ValueError, match="max_attempts must be a positive integer"):
         Store.connect("sqlite:///:memory:", max_attempts=0)
+
+
+def test_ingest_many_stores_a_batch_once(store: Store) -> None:
+    store.ingest("a", "chat", "m-0", {}, now=T)
+    items = [("a", "chat", f"m-{n}", {"n": n}) for n in range(5)] + [("b", "chat", "m-0", {}), ("a", "chat", "m-4", {})]
+    assert store.ingest_many(items, now=T) == [False, True, True, True, True, True, False]
+    assert [e.source_id for e in store.events("a")] == [f"m-{n}" for n in range(5)]
+    assert store.ingest_many([], now=T) == []
+
+
+def test_ingest_many_refuses_the_whole_batch_for_one_bad_item(store: Store) -> None:
+    items = [("a", "chat", "m-1", {}), ("a", "chat", "m-2", ["not", "an", "object"])]
+    with pytest.raises(InvalidEvent, match="item 1: payload must be a JSON object, got list"):
+        store.ingest_many(items, now=T)
+    with pytest.raises(InvalidEvent, match="item 0:"):
+        store.ingest_many([("a", "chat")], now=T)  # type: ignore[list-item]
+    assert store.events("a") == []
