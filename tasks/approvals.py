@@ -7,7 +7,7 @@ from typing import Any
 
 from store import InvalidEvent
 
-from tasks.app import app
+from tasks.application import app
 from tasks.doorbell import ring
 from tasks.runtime import get_store
 

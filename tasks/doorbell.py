@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from tasks.app import app
+from tasks.application import app
 from tasks.celeryconfig import OUTBOX_QUEUE, RUNS_QUEUE
 
 log = logging.getLogger("wakeful.doorbell")

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from store import InvalidEvent
 
-from tasks.app import app
+from tasks.application import app
 from tasks.doorbell import ring
 from tasks.runtime import get_store
 

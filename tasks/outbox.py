@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tasks.app import app
+from tasks.application import app
 from tasks.channels import Send, load_channel
 from tasks.runtime import get_store
 from tasks.settings import settings

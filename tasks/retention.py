@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks import embedded
-from tasks.app import app
+from tasks.application import app
 from tasks.runtime import get_store
 from tasks.settings import settings
 

@@ -23,7 +23,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from store import Event, Outcome, Store
 
 from tasks.agents import Agent, LeaseLost, Run, load_agent
-from tasks.app import app
+from tasks.application import app
 from tasks.doorbell import ring, ring_dispatch
 from tasks.runtime import get_store, holder_name
 from tasks.settings import settings

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.app import app
+from tasks.application import app
 from tasks.doorbell import ring_many
 from tasks.runtime import get_store
 
