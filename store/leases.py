@@ -75,11 +75,15 @@ def renew(conn: Connection, s: StoreSettings, inbox: str, holder: str, generatio
     return True
 
 
-def release(conn: Connection, inbox: str, holder: str, generation: int, now: int | None) -> bool:
+def release(conn: Connection, inbox: str, holder: str, generation: int, now: int | None,
+            force: bool = False) -> bool:
     """Resign, unless claimable work remains: an event ingested after the last claim rang a
-    doorbell that found the lease held, so the holder must take it (the lost wake-up)."""
+    doorbell that found the lease held, so the holder must take it (the lost wake-up).
+
+    ``force`` resigns anyway: for a worker that hands a busy inbox back and rings its
+    doorbell itself, so one inbox cannot keep a worker forever."""
     now = holds(conn, inbox, holder, generation, now)
-    if now is None or has_claimable(conn, inbox, generation, now):
+    if now is None or (not force and has_claimable(conn, inbox, generation, now)):
         return False
     resign(conn, inbox)
     return True

@@ -100,9 +100,12 @@ class Store:
         with transaction(self.engine) as conn:
             return leases.renew(conn, self.settings, inbox, holder, gen, now)
 
-    def release(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
+    def release(self, inbox: str, holder: str, gen: int, *, now: int | None = None,
+                force: bool = False) -> bool:
+        """False (lease kept) while claimable events remain, unless ``force``: then the
+        caller must ring the inbox's doorbell itself."""
         with transaction(self.engine) as conn:
-            return leases.release(conn, inbox, holder, gen, now)
+            return leases.release(conn, inbox, holder, gen, now, force)
 
     def claim(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> list[Event]:
         with transaction(self.engine) as conn:

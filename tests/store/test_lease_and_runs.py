@@ -301,3 +301,12 @@ def test_finish_and_claim_is_fenced(store: Store) -> None:
     assert (step.finished, step.events, step.released) == (False, [], False)
     assert store.outbox("a") == []
     assert store.acquire("a", "A", now=T + TTL + 3) is None  # B still holds it
+
+
+def test_a_forced_release_hands_a_busy_inbox_back(store: Store) -> None:
+    fill(store, "a", "m-1")
+    gen = store.acquire("a", "A", now=T)
+    assert store.release("a", "A", gen, now=T) is False
+    assert store.release("a", "B", gen, now=T, force=True) is False  # still fenced
+    assert store.release("a", "A", gen, now=T, force=True) is True
+    assert store.acquire("a", "B", now=T) == gen + 1
