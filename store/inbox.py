@@ -82,20 +82,22 @@ def dead(conn: Connection, inbox: str | None) -> list[Event]:
     return [to_event(r) for r in conn.execute(query.order_by(events.c.id))]
 
 
-def requeue(conn: Connection, event_id: int) -> Event | None:
-    """A dead event back to pending with its attempts reset. Returns it, or None if there
-    was no dead event with that id."""
-    found = conn.execute(select(events.c.inbox).where(events.c.id == event_id)).scalar()
-    if found is None:
-        return None
-    leases.lock(conn, found)  # serialize with claims of that inbox
-    row = conn.execute(
-        update(events)
-        .where(events.c.id == event_id, events.c.status == "dead")
-        .values(status="pending", attempts=0, error=None, not_before=0, finished=None, claim_gen=None)
-        .returning(*EVENT_COLUMNS)
-    ).one_or_none()
-    return to_event(row) if row is not None else None
+REVIVED = {"status": "pending", "attempts": 0, "error": None, "not_before": 0, "finished": None, "claim_gen": None}
+
+
+def requeue(conn: Connection, inbox: str | None, event_id: int | None) -> list[Event]:
+    """Dead events back to pending with their attempts reset: the one with ``event_id``, or
+    every dead event of ``inbox``. Returns the events requeued."""
+    if event_id is not None:
+        inbox = conn.execute(select(events.c.inbox).where(events.c.id == event_id)).scalar()
+        if inbox is None:
+            return []
+    leases.lock(conn, inbox)  # serialize with claims of that inbox
+    query = update(events).where(events.c.inbox == inbox, events.c.status == "dead")
+    if event_id is not None:
+        query = query.where(events.c.id == event_id)
+    rows = conn.execute(query.values(**REVIVED).returning(*EVENT_COLUMNS)).all()
+    return sorted((to_event(r) for r in rows), key=lambda e: e.id)
 
 
 def record_rejection(conn: Connection, origin: str, reason: str, inbox: Any, source: Any, source_id: Any,

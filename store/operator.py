@@ -7,11 +7,16 @@ redelivery is still refused.
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, Engine, delete, func, select, update
+from typing import Any
+
+from sqlalchemy import Connection, Engine, case, delete, func, select, update
 
 from . import approvals as approval_rules
+from . import counters as counter_rules
+from . import leases
 from .db import clock, transaction
-from .records import InboxStatus, Run
+from .inbox import EVENT_COLUMNS, to_event
+from .records import Event, InboxStatus, Run
 from .settings import StoreSettings
 from .tables import approvals, events, inboxes, outbox, rejected, runs, timers
 
@@ -50,6 +55,63 @@ def status(conn: Connection, inbox: str, now: int) -> InboxStatus:
         last_sent=lease.last_sent if lease is not None else None,
         pending_approvals=len(approval_rules.view(conn, inbox, pending_only=True)),
     )
+
+
+def metrics(conn: Connection, now: int) -> dict[str, Any]:
+    """The queue's vital signs across all inboxes, for /metrics and ``wakeful status``."""
+    by_status = dict(conn.execute(
+        select(events.c.status, func.count())
+        .where(events.c.status.in_(("pending", "running", "dead")))
+        .group_by(events.c.status)).all())
+    oldest = conn.execute(select(func.min(events.c.created)).where(events.c.status == "pending")).scalar()
+    held = conn.execute(select(func.count()).select_from(outbox).where(outbox.c.sent_at.is_(None))).scalar_one()
+    overdue = conn.execute(
+        select(func.count()).select_from(timers).where(~timers.c.done, timers.c.due <= now)).scalar_one()
+    refused = dict(conn.execute(select(rejected.c.origin, func.count()).group_by(rejected.c.origin)).all())
+    return {
+        "events_pending": by_status.get("pending", 0),
+        "events_running": by_status.get("running", 0),
+        "events_dead": by_status.get("dead", 0),
+        "oldest_pending_age": max(0, now - oldest) if oldest is not None else 0,
+        "outbox_held": held,
+        "timers_overdue": overdue,
+        "rejected": refused,
+        "counters": counter_rules.read(conn),
+    }
+
+
+def attention(conn: Connection, now: int, limit: int) -> list[InboxStatus]:
+    """The inboxes an operator should look at first: dead events, then the oldest waiting work."""
+    waiting = (
+        select(
+            events.c.inbox,
+            func.sum(case((events.c.status == "dead", 1), else_=0)).label("dead"),
+            func.min(case((events.c.status == "pending", events.c.created))).label("oldest"),
+        )
+        .where(events.c.status.in_(("pending", "running", "dead")))
+        .group_by(events.c.inbox)
+        .subquery()
+    )
+    names = conn.execute(
+        select(waiting.c.inbox)
+        .order_by(waiting.c.dead.desc(), waiting.c.oldest.is_(None), waiting.c.oldest, waiting.c.inbox)
+        .limit(limit)
+    ).scalars().all()
+    return [status(conn, name, now) for name in names]
+
+
+def incidents(conn: Connection, since: int) -> dict[str, list[Any]]:
+    """What went wrong since ``since``: events parked dead and approvals that expired."""
+    dead = conn.execute(
+        select(*EVENT_COLUMNS).where(events.c.status == "dead", events.c.finished >= since).order_by(events.c.id)
+    ).all()
+    expired = [
+        e for e in conn.execute(
+            select(*EVENT_COLUMNS).where(events.c.source == approval_rules.SOURCE, events.c.created >= since)
+            .order_by(events.c.id)).all()
+        if (e.payload or {}).get("answer") == "expired"
+    ]
+    return {"dead": [to_event(r) for r in dead], "expired_approvals": [to_event(r) for r in expired]}
 
 
 def run_log(conn: Connection, inbox: str, limit: int) -> list[Run]:

@@ -216,7 +216,29 @@ class Store:
     def requeue(self, event_id: int) -> Event | None:
         """A dead event back to pending, attempts reset; None if no dead event has that id."""
         with transaction(self.engine) as conn:
-            return inbox_rules.requeue(conn, event_id)
+            requeued = inbox_rules.requeue(conn, None, event_id)
+        return requeued[0] if requeued else None
+
+    def requeue_inbox(self, inbox: str) -> list[Event]:
+        """Every dead event of ``inbox`` back to pending, attempts reset."""
+        with transaction(self.engine) as conn:
+            return inbox_rules.requeue(conn, inbox, None)
+
+    def metrics(self, *, now: int | None = None) -> dict[str, Any]:
+        """Events pending/running/dead, oldest pending age, outbox held, timers overdue,
+        rejections by origin, counters: across all inboxes."""
+        with transaction(self.engine) as conn:
+            return operator.metrics(conn, clock(conn, now))
+
+    def attention(self, *, now: int | None = None, limit: int = 20) -> list[InboxStatus]:
+        """Inboxes with dead events first, then those with the oldest waiting work."""
+        with transaction(self.engine) as conn:
+            return operator.attention(conn, clock(conn, now), limit)
+
+    def incidents(self, since: int) -> dict[str, list[Event]]:
+        """Events parked dead and approvals expired since ``since``: the daily summary."""
+        with transaction(self.engine) as conn:
+            return operator.incidents(conn, since)
 
     def status(self, inbox: str, *, now: int | None = None) -> InboxStatus:
         with transaction(self.engine) as conn:

@@ -105,3 +105,31 @@ def test_rejections_are_recorded_bounded_and_storable(store: Store) -> None:
 
 def test_counters_start_at_zero(store: Store) -> None:
     assert store.counters() == {"lease_takeovers": 0, "stale_finishes_refused": 0}
+
+
+def test_requeue_a_whole_inbox(store: Store) -> None:
+    now = kill_poison(store, "a", T)
+    store.ingest("a", "chat", "poison-2", {}, now=now)
+    now = kill_poison(store, "a", now)  # its "poison" is a duplicate; "poison-2" dies this time
+    assert {e.source_id for e in store.dead("a")} == {"poison", "poison-2"}
+    assert [e.status for e in store.requeue_inbox("a")] == ["pending", "pending"]
+    assert store.dead("a") == [] and store.requeue_inbox("a") == []
+
+
+def test_metrics_attention_and_incidents(store: Store) -> None:
+    now = kill_poison(store, "sick", T)
+    store.ingest("waiting", "chat", "m", {}, now=T)
+    store.ingest("fresh", "chat", "m", {}, now=now)
+    store.add_timer("fresh", "t", now - 5, {}, every=60)
+    store.request_approval("fresh", "r1", "refund", 10, now=now)
+    store.run_scheduler(now=now + 20)
+    store.record_rejection("task", "bad", now=now)
+    metrics = store.metrics(now=now + 20)
+    assert (metrics["events_pending"], metrics["events_dead"]) == (4, 1)
+    assert metrics["oldest_pending_age"] == now + 20 - T
+    assert metrics["rejected"] == {"task": 1} and metrics["timers_overdue"] == 0
+    assert [s.inbox for s in store.attention(now=now + 20)] == ["sick", "waiting", "fresh"]
+    found = store.incidents(since=T)
+    assert [e.source_id for e in found["dead"]] == ["poison"]
+    assert [e.source_id for e in found["expired_approvals"]] == ["r1"]
+    assert store.incidents(since=now + 100) == {"dead": [], "expired_approvals": []}
