@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -46,7 +48,9 @@ def _default_store():  # type: ignore[no-untyped-def]
     from .settings import runtime_settings
 
     runtime = runtime_settings()
-    return Store.connect(runtime.store_url, **runtime.store_options)
+    options = runtime.store_options
+    options = options() if callable(options) else options
+    return Store.connect(runtime.store_url, **options)
 
 
 @dataclass
@@ -68,8 +72,13 @@ class Edge:
     broker_check: Check | None = None
     clock: Callable[[], float] = time.time
     refusals: Counter = field(default_factory=Counter)  # (origin, code) -> count, this process
+    doorbells: Counter = field(default_factory=Counter)  # rung / late / failed / skipped, this process
     _store: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ringing: threading.BoundedSemaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._ringing = threading.BoundedSemaphore(self.settings.rings_in_flight)
 
     @property
     def store(self) -> Any:
@@ -86,14 +95,39 @@ class Edge:
         return await run_in_threadpool(lambda: getattr(self.store, method)(*args, **kwargs))
 
     async def ring(self, inbox: str) -> None:
-        """Ring after the commit. A doorbell that fails costs a delay, never the event: it is
-        stored, and the runtime's sweep re-rings every inbox with work and no live lease."""
+        """Ring after the commit, waiting at most ``ring_timeout`` seconds.
+
+        A doorbell is a courtesy, not a guarantee: the event is already stored and the
+        runtime's sweep re-rings every inbox with work and no live lease. So a broker outage
+        must cost senders nothing: a slow ring is left to finish in its thread while the
+        sender gets its 2xx, and at most ``rings_in_flight`` rings run at once (beyond that a
+        ring is skipped), so an outage cannot pile up threads.
+        """
         if self.ring_fn is None:
             self.ring_fn = _default_ring()
-        try:
-            await run_in_threadpool(self.ring_fn, inbox)
-        except Exception:  # noqa: BLE001 - ring() promises not to raise; be safe anyway
-            log.exception("doorbell failed for inbox %r; the sweep will re-ring", inbox)
+        ring_fn = self.ring_fn
+        if not self._ringing.acquire(blocking=False):
+            self.doorbells["skipped"] += 1
+            log.warning("doorbell for inbox %r skipped: %d rings already in flight; the sweep will ring it",
+                        inbox, self.settings.rings_in_flight)
+            return
+
+        def call() -> str:
+            try:
+                ring_fn(inbox)
+                return "rung"
+            except Exception:  # noqa: BLE001 - ring() promises not to raise; be safe anyway
+                log.exception("doorbell failed for inbox %r; the sweep will re-ring", inbox)
+                return "failed"
+            finally:
+                self._ringing.release()
+
+        with anyio.move_on_after(self.settings.ring_timeout):
+            self.doorbells[await anyio.to_thread.run_sync(call, abandon_on_cancel=True)] += 1
+            return
+        self.doorbells["late"] += 1
+        log.warning("doorbell for inbox %r still ringing after %s s; answered without waiting",
+                    inbox, self.settings.ring_timeout)
 
     async def refuse(self, ctx: Context, refused: Refused) -> Response:
         """Record the refusal (time, route, reason, source id; no secret, no full body) and

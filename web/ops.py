@@ -28,13 +28,18 @@ log = logging.getLogger("wakeful.web")
 
 
 def _default_broker_check() -> None:
-    """Connect to the runtime's broker once, with a short timeout; raise when unreachable."""
-    from kombu import Connection
+    """One real round trip to the runtime's broker; raises when it is unreachable.
 
-    from .settings import runtime_settings
+    Connecting alone proves nothing on kombu's SQLAlchemy transport (it connects lazily), so
+    this declares the runs queue (already declared by the runtime: a no-op) and reads its
+    length: LLEN on Redis, a COUNT on the embedded broker.
+    """
+    import tasks
+    from tasks.celeryconfig import RUNS_QUEUE
 
-    with Connection(runtime_settings().broker, connect_timeout=2) as conn:
+    with tasks.app.connection_for_read() as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
+        conn.default_channel.queue_declare(queue=RUNS_QUEUE)
 
 
 async def _probe(check: Any, timeout: int) -> str:
@@ -91,9 +96,11 @@ def store_figures(store: Any, now: int) -> dict[str, Any]:
 class _Collector:
     """Turns one snapshot into metric families (prometheus_client does the escaping)."""
 
-    def __init__(self, figures: dict[str, Any], refusals: dict[tuple[str, str], int]) -> None:
+    def __init__(self, figures: dict[str, Any], refusals: dict[tuple[str, str], int],
+                 doorbells: dict[str, int]) -> None:
         self.figures = figures
         self.refusals = refusals
+        self.doorbells = doorbells
 
     def collect(self) -> Iterator[Metric]:
         f = self.figures
@@ -124,6 +131,12 @@ class _Collector:
         for (route, reason), count in sorted(self.refusals.items()):
             web.add_metric([route, reason], count)
         yield web
+        rings = CounterMetricFamily("wakeful_web_doorbells",
+                                    "Doorbells this web process rang, by outcome (late, failed and "
+                                    "skipped ones are covered by the runtime's sweep)", labels=["outcome"])
+        for outcome in ("rung", "late", "failed", "skipped"):
+            rings.add_metric([outcome], self.doorbells.get(outcome, 0))
+        yield rings
 
 
 def _metric_name(name: str) -> str:
@@ -139,7 +152,7 @@ async def metrics(request: Request) -> Response:
         log.error("metrics: store unavailable: %s", type(exc).__name__)
         return Response("# store unavailable\n", status_code=503, media_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(figures, dict(edge.refusals)))  # type: ignore[arg-type]
+    registry.register(_Collector(figures, dict(edge.refusals), dict(edge.doorbells)))  # type: ignore[arg-type]
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 

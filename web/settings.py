@@ -67,6 +67,13 @@ class WebSettings:
     # Lifetime of an approval link when the caller does not say. The store decides the
     # approval's own deadline ("expired" after it); the token only bounds who may answer.
     approval_token_ttl: int = 7 * 86400
+    # Seconds a receiver waits for the doorbell before answering anyway. The event is stored
+    # and the sweep re-rings, so a broker outage must not make senders (GitHub gives up at
+    # 10 s) time out and retry: a ring normally takes about a millisecond.
+    ring_timeout: float = 1.0
+    # Rings running at once; beyond this a ring is skipped (the sweep covers it), so a broker
+    # outage cannot pile up blocked threads.
+    rings_in_flight: int = 8
     # Seconds /healthz waits for each of the store and the broker before calling it down.
     health_timeout: int = 3
     # Where approval links point (the public URL of this web process).
@@ -82,7 +89,7 @@ class WebSettings:
                 ) from None
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, int) and value <= 0:
+            if isinstance(value, (int, float)) and value <= 0:
                 raise SettingsError(f"{f.name} must be a positive integer")
 
     @classmethod
