@@ -73,12 +73,29 @@ class Edge:
     clock: Callable[[], float] = time.time
     refusals: Counter = field(default_factory=Counter)  # (origin, code) -> count, this process
     doorbells: Counter = field(default_factory=Counter)  # rung / late / failed / skipped, this process
+    unrecorded: Counter = field(default_factory=Counter)  # origin -> refusals not written to the store
     _store: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ringing: threading.BoundedSemaphore = field(init=False)
 
+    _budget: float = field(init=False)
+    _budget_at: float = field(init=False)
+
     def __post_init__(self) -> None:
         self._ringing = threading.BoundedSemaphore(self.settings.rings_in_flight)
+        self._budget = 2.0 * self.settings.rejections_per_second
+        self._budget_at = self.clock()
+
+    def _may_record(self) -> bool:
+        """A token bucket over the rejection table's writes (single event loop: no lock)."""
+        now = self.clock()
+        rate = self.settings.rejections_per_second
+        self._budget = min(2.0 * rate, self._budget + max(0.0, now - self._budget_at) * rate)
+        self._budget_at = now
+        if self._budget < 1.0:
+            return False
+        self._budget -= 1.0
+        return True
 
     @property
     def store(self) -> Any:
@@ -136,6 +153,10 @@ class Edge:
         source_id = refused.source_id or ctx.source_id
         reason = f"{refused.status} {refused.code}: {refused.detail}"
         log.info("refused %s %s inbox=%r source_id=%r", ctx.origin, reason, ctx.inbox, source_id)
+        response = JSONResponse({"error": refused.code, "detail": refused.detail}, status_code=refused.status)
+        if not self._may_record():
+            self.unrecorded[ctx.origin] += 1
+            return response
         try:
             await run_in_threadpool(
                 lambda: self.store.record_rejection(
@@ -147,10 +168,10 @@ class Edge:
                     excerpt=excerpt(ctx.body) if ctx.body else None,
                 )
             )
-        except Exception:  # noqa: BLE001
-            self.refusals[(ctx.origin, "unrecorded")] += 1
-            log.exception("could not record a refusal of %s (%s)", ctx.origin, refused.code)
-        return JSONResponse({"error": refused.code, "detail": refused.detail}, status_code=refused.status)
+        except Exception as exc:  # noqa: BLE001
+            self.unrecorded[ctx.origin] += 1
+            log.error("could not record a refusal of %s (%s): %s", ctx.origin, refused.code, type(exc).__name__)
+        return response
 
 
 def _name(value: str | None, limit: int) -> str | None:

@@ -97,10 +97,11 @@ class _Collector:
     """Turns one snapshot into metric families (prometheus_client does the escaping)."""
 
     def __init__(self, figures: dict[str, Any], refusals: dict[tuple[str, str], int],
-                 doorbells: dict[str, int]) -> None:
+                 doorbells: dict[str, int], unrecorded: dict[str, int]) -> None:
         self.figures = figures
         self.refusals = refusals
         self.doorbells = doorbells
+        self.unrecorded = unrecorded
 
     def collect(self) -> Iterator[Metric]:
         f = self.figures
@@ -131,6 +132,12 @@ class _Collector:
         for (route, reason), count in sorted(self.refusals.items()):
             web.add_metric([route, reason], count)
         yield web
+        lost = CounterMetricFamily("wakeful_web_refusals_unrecorded",
+                                   "Refusals answered but not written to the store (rate limit or "
+                                   "store down), by route", labels=["route"])
+        for route, count in sorted(self.unrecorded.items()):
+            lost.add_metric([route], count)
+        yield lost
         rings = CounterMetricFamily("wakeful_web_doorbells",
                                     "Doorbells this web process rang, by outcome (late, failed and "
                                     "skipped ones are covered by the runtime's sweep)", labels=["outcome"])
@@ -152,7 +159,8 @@ async def metrics(request: Request) -> Response:
         log.error("metrics: store unavailable: %s", type(exc).__name__)
         return Response("# store unavailable\n", status_code=503, media_type="text/plain")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(figures, dict(edge.refusals), dict(edge.doorbells)))  # type: ignore[arg-type]
+    registry.register(_Collector(figures, dict(edge.refusals), dict(edge.doorbells),
+                                  dict(edge.unrecorded)))  # type: ignore[arg-type]
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -74,6 +74,10 @@ class WebSettings:
     # Rings running at once; beyond this a ring is skipped (the sweep covers it), so a broker
     # outage cannot pile up blocked threads.
     rings_in_flight: int = 8
+    # Refusals written to the store's rejection table per second (a burst of twice as many
+    # is allowed). A flood of garbage must not become a flood of writes to the database that
+    # decides what is true; refusals beyond it are still answered, logged and counted.
+    rejections_per_second: int = 20
     # Seconds /healthz waits for each of the store and the broker before calling it down.
     health_timeout: int = 3
     # Where approval links point (the public URL of this web process).

@@ -99,3 +99,31 @@ def test_metrics_see_overdue_timers_and_the_oldest_pending(client: Client, web_s
     after = scrape(client)
     assert after[("wakeful_timers_overdue", ())] >= 1
     assert after[("wakeful_oldest_pending_age_seconds", ())] >= 999
+
+
+def test_a_flood_of_refusals_is_answered_but_only_sampled_into_the_store(web_store: Store, clock) -> None:  # type: ignore[no-untyped-def]
+    from conftest import web_settings
+
+    app = create_app(store=web_store, ring=lambda i: None, settings=web_settings(rejections_per_second=2),
+                     broker_check=lambda: None, clock=clock)
+    origin = "web:hooks/stripe"
+
+    def recorded() -> int:
+        return sum(1 for r in web_store.rejections(limit=10_000) if r.origin == origin)
+
+    def flood(c: Client, n: int) -> list[int]:
+        return [c.post("/hooks/stripe/flooded", content=b"{}",
+                       headers={"content-type": "application/json"}).status_code for _ in range(n)]
+
+    def scenario(c: Client):  # type: ignore[no-untyped-def]
+        before = recorded()
+        assert flood(c, 10) == [401] * 10
+        assert recorded() - before == 4  # the burst: twice the rate
+        clock.now += 1.0  # one second later, two more may be written
+        assert flood(c, 5) == [401] * 5
+        assert recorded() - before == 6
+        return scrape(c)
+
+    samples = run(app, scenario)
+    assert samples[("wakeful_web_refusals_unrecorded_total", (("route", origin),))] == 9
+    assert samples[("wakeful_web_refusals_total", (("reason", "no_signature"), ("route", origin)))] == 15
