@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from tasks.settings import Settings
 
@@ -56,7 +56,10 @@ def celery_config(s: Settings) -> dict[str, Any]:
         "task_ignore_result": True,
         "result_expires": 86400,
         "task_store_errors_even_if_ignored": False,
-        "task_queues": [Queue(name, routing_key=name) for name in QUEUES],
+        # Each queue on a direct exchange of its own name: what a plain client that names
+        # the queue (or sends with no options, to "celery") declares itself.
+        "task_queues": [Queue(name, Exchange(name, type="direct"), routing_key=name)
+                        for name in QUEUES],
         "task_default_queue": DEFAULT_QUEUE,
         "task_routes": ROUTES,
         "task_create_missing_queues": True,

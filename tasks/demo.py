@@ -277,10 +277,12 @@ class Demo:
     def outbox(self) -> None:
         self.say("\n7. Three messages inside the outbox gap")
         t0 = time.time()
-        for i in range(3):
+        self.ingest("gina", "chat", "u-0", {"text": "update 0"})
+        self.wait(lambda: self.sends("gina"), "the first send")
+        for i in (1, 2):
+            time.sleep(0.3)
             self.ingest("gina", "chat", f"u-{i}", {"text": f"update {i}"})
             self.wait(lambda i=i: self.all_settled("gina", i + 1), f"gina's update {i}")
-            time.sleep(0.3)
         sends = self.wait(lambda: self.sends("gina") if len(self.sends("gina")) >= 2 else None,
                           "two sends", timeout=20)
         for s in sends:

@@ -1,0 +1,241 @@
+"""The runtime through real worker and beat processes, on both backends.
+
+Every test starts its own processes (see conftest.py) and plays one rule of the article
+through them, then counts what happened in the store. Waiting with a timeout for something
+to happen is the only use of time here; nothing asserts how fast it was.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tasks.processes import holder_pid, pgid_of
+
+pytestmark = pytest.mark.processes
+
+PLAIN_CLIENT = r"""
+import json, sys
+from celery import Celery
+
+broker, backend = sys.argv[1], sys.argv[2]
+if broker.startswith("sqla+"):
+    from kombu.transport import sqlalchemy
+    sqlalchemy.Transport.polling_interval = 0.05
+app = Celery("another-service", broker=broker, backend=backend)
+app.conf.update(task_serializer="json", accept_content=["json"], result_accept_content=["json"])
+kw = {"inbox": "alice", "source": "github", "source_id": "delivery-1", "payload": {"text": "PR opened"}}
+results = [app.send_task("wakeful.ingest", kwargs=kw, ignore_result=False).get(timeout=30, interval=0.05)
+           for _ in range(3)]
+bad = app.send_task("wakeful.ingest", kwargs={"inbox": "alice", "source": "github",
+                    "source_id": "delivery-2", "payload": "not an object"},
+                    ignore_result=False).get(timeout=30, interval=0.05)
+odd = app.send_task("wakeful.ingest", kwargs={"inbox": "alice", "source": "github",
+                    "payload": {}, "sauce": "x"}, ignore_result=False).get(timeout=30, interval=0.05)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tasks", "store", "web", "beat_schedule"))
+print(json.dumps({"results": results, "bad": bad, "odd": odd, "wakeful_modules": loaded}))
+"""
+
+
+def test_plain_client_send_task_stores_once_and_runs_once(make_cluster, tmp_path: Path) -> None:
+    c = make_cluster()
+    out = subprocess.run([sys.executable, "-c", PLAIN_CLIENT, c.broker_url, c.result_url],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr + c.logs()
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    assert answer["wakeful_modules"] == []  # the caller needs nothing from wakeful
+    assert answer["results"] == [{"stored": True}, {"stored": False, "duplicate": True},
+                                 {"stored": False, "duplicate": True}]
+    assert "payload must be a JSON object" in answer["bad"]["rejected"]
+    assert "unexpected arguments: sauce" in answer["odd"]["rejected"]
+    reasons = [r.reason for r in c.store.rejections()]
+    assert any("payload must be a JSON object" in r for r in reasons)
+    assert any("sauce" in r for r in reasons)
+
+    # A later event in the same inbox runs after the duplicates were handled: the first
+    # event was done exactly once.
+    c.wait(lambda: c.settled("alice", 1), "alice's event done")
+    c.ingest("alice", "chat", "later", {"text": "and another thing"})
+    c.wait(lambda: c.settled("alice", 2), "the later event done")
+    events = c.store.events("alice")
+    assert len(events) == 2
+    first = events[0]
+    assert (first.status, first.attempts) == ("done", 1)
+    runs_with_first = [r for r in c.store.runs("alice") if first.id in r.event_ids]
+    assert len(runs_with_first) == 1 and runs_with_first[0].outcome == "done"
+
+
+def test_burst_is_one_batch(make_cluster) -> None:
+    c = make_cluster()
+    c.ingest("bob", "chat", "m-0", {"text": "summarise my inbox", "work": 1.5})
+    c.wait(lambda: c.store.status("bob").holder, "bob's first run to start")
+    for i, text in enumerate(["deploy it?", "actually wait", "ok go"], start=1):
+        c.ingest("bob", "chat", f"m-{i}", {"text": text})
+    c.wait(lambda: c.settled("bob", 4), "bob's four events")
+    runs = c.store.runs("bob")
+    assert [len(r.event_ids) for r in runs] == [1, 3]
+    assert all(r.outcome == "done" for r in runs)
+    assert c.store.outbox("bob")[-1].body == "3 things: deploy it? | actually wait | ok go"
+
+
+def test_poison_goes_dead_and_its_neighbour_is_done(make_cluster) -> None:
+    c = make_cluster()
+    c.ingest("carol", "chat", "c-0", {"text": "warming up", "work": 1.0, "silent": True})
+    c.wait(lambda: c.store.status("carol").holder, "carol's first run to start")
+    c.ingest("carol", "webhook", "poison", {"fail": "context overflow"})
+    c.ingest("carol", "chat", "healthy", {"text": "what's on today?"})
+    c.wait(lambda: c.settled("carol", 3), "carol's events settled", timeout=45)
+    by_key = {e.source_id: e for e in c.store.events("carol")}
+    poison, healthy = by_key["poison"], by_key["healthy"]
+    assert (poison.status, poison.attempts) == ("dead", 3)
+    assert "context overflow" in (poison.error or "")
+    assert healthy.status == "done"
+    runs = c.store.runs("carol")
+    with_poison = [r for r in runs if poison.id in r.event_ids]
+    assert len(with_poison) == 3 and all(r.outcome == "error" for r in with_poison)
+    assert all(r.event_ids == (poison.id,) for r in with_poison[1:])  # retried alone
+    assert [e.source_id for e in c.store.dead("carol")] == ["poison"]
+
+
+def test_recurring_timer_fires_through_beat(make_cluster) -> None:
+    c = make_cluster()
+    c.ingest("erin", "chat", "e-1", {"text": "check the build", "every": 1,
+                                      "timer_id": "build", "silent": True})
+
+    def ticks():
+        done = [e for e in c.store.events("erin") if e.source == "timer" and e.status == "done"]
+        return done if len(done) >= 2 else None
+
+    fired = c.wait(ticks, "two timer ticks")
+    assert c.store.cancel_timer("erin", "build")
+    keys = [e.source_id for e in fired]
+    assert len(set(keys)) == len(keys) and all(k.startswith("build@") for k in keys)
+    assert all(e.attempts == 1 and "scheduled_for" in e.payload for e in fired)
+    bodies = [m.body for m in c.store.outbox("erin")]
+    assert any("check the build (scheduled" in b for b in bodies)
+
+
+def test_unanswered_approval_resumes_the_agent_as_expired(make_cluster) -> None:
+    c = make_cluster()
+    c.ingest("frank", "chat", "f-1", {"text": "refund order 881?", "approval": {
+        "id": "refund-881", "action": "refund order 881", "expires_in": 1}})
+
+    def expiry():
+        return [e for e in c.store.events("frank")
+                if e.source == "approval" and e.status == "done"]
+
+    [event] = c.wait(expiry, "the approval's expiry to resume the agent")
+    assert event.source_id == "refund-881" and event.payload["answer"] == "expired"
+    late = c.send("wakeful.answer_approval", want_result=True, inbox="frank",
+                  request_id="refund-881", answer="yes")
+    assert late == {"outcome": "expired"}
+    never = c.send("wakeful.answer_approval", want_result=True, inbox="frank",
+                   request_id="refund-999", answer="yes")
+    assert never == {"outcome": "unknown"}
+    assert any("nobody answered in time" in m.body for m in c.store.outbox("frank"))
+    assert len([e for e in c.store.events("frank") if e.source == "approval"]) == 1
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """A webhook receiver that refuses the very first delivery (503) to make the channel retry."""
+
+    deliveries: list[dict] = []
+    refused_once = False
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls = type(self)
+        if not cls.refused_once:
+            cls.refused_once = True
+            self.send_response(503)
+            self.end_headers()
+            return
+        import time
+
+        cls.deliveries.append({"key": self.headers["Idempotency-Key"], "body": body,
+                               "at": time.time()})
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver():
+    handler = type("Receiver", (_Receiver,), {"deliveries": [], "refused_once": False})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_outbox_gap_holds_and_merges_through_the_webhook_channel(make_cluster, receiver) -> None:
+    url, handler = receiver
+    gap = 3
+    c = make_cluster(env={"WAKEFUL_OUTBOX_CHANNEL": url, "WAKEFUL_OUTBOX_GAP": str(gap)})
+    c.ingest("gina", "chat", "u-0", {"text": "update 0"})
+    # The first message after a quiet spell goes out right after its run, not at a tick.
+    c.wait(lambda: handler.deliveries, "the first send")
+    for i in (1, 2):
+        c.ingest("gina", "chat", f"u-{i}", {"text": f"update {i}"})
+        c.wait(lambda i=i: c.settled("gina", i + 1), f"update {i} done")
+    c.wait(lambda: len({d["key"] for d in handler.deliveries}) >= 2, "two sends")
+    sends = {}
+    for d in handler.deliveries:  # at-least-once: a resend carries the same key
+        sends.setdefault(d["key"], d)
+    first, second = list(sends.values())[:2]
+    assert first["body"]["body"] == "update 0"
+    assert second["body"]["body"] == "update 1\n\nupdate 2"
+    assert all(d["key"] == d["body"]["key"] for d in handler.deliveries)
+    # The gap held: the merged send waited for it (clock seconds are whole, hence the -1).
+    assert second["at"] - first["at"] >= gap - 1
+    rows = c.wait(lambda: [r for r in c.store.outbox("gina") if r.sent_at is not None][2:] and
+                  c.store.outbox("gina"), "the store to record the sends")
+    assert len(rows) == 3
+    assert len({r.dispatch_key for r in rows}) == 2
+
+
+def test_worker_killed_mid_run_another_worker_finishes_with_attempts_2(make_cluster) -> None:
+    c = make_cluster(run_workers=2)
+    c.ingest("dave", "chat", "d-1", {"text": "draft the weekly report", "slow_first_attempt": 60})
+    holder = c.wait(lambda: c.store.status("dave").holder, "dave's run to start")
+    pid = holder_pid(holder)
+    [victim] = [w for w in c.run_workers if pid is not None and pgid_of(pid) == w.pid]
+    [survivor] = [w for w in c.run_workers if w is not victim]
+    first_generation = c.store.status("dave").generation
+    c.procs.kill(victim)  # SIGKILL to the worker's main process and its pool child
+    c.wait(lambda: c.settled("dave", 1), "dave's event finished by the other worker", timeout=45)
+    [event] = c.store.events("dave")
+    assert (event.status, event.attempts) == ("done", 2)
+    [run] = c.store.runs("dave")
+    assert run.generation > first_generation
+    assert holder_pid(run.holder) != pid
+    assert pgid_of(holder_pid(run.holder)) == survivor.pid
+    assert len(c.store.outbox("dave")) == 1
+
+
+def test_sweep_rings_lost_doorbells_and_extra_doorbells_cost_nothing(make_cluster) -> None:
+    c = make_cluster()
+    # Stored but never rung (as if the broker lost the doorbell): the sweep rings it.
+    assert c.store.ingest("lost", "chat", "x-1", {"text": "anyone there?"})
+    c.wait(lambda: c.settled("lost", 1), "the sweep to ring the lost doorbell")
+    # Five doorbells for one event (a broker redelivery, two beats ...): one run.
+    assert c.store.ingest("rung", "chat", "y-1", {"text": "hello"})
+    for _ in range(5):
+        c.client.send_task("wakeful.run_inbox", args=["rung"], queue="wakeful.runs")
+    c.wait(lambda: c.settled("rung", 1), "the rung event done")
+    c.ingest("rung", "chat", "y-2", {"text": "sentinel"})
+    c.wait(lambda: c.settled("rung", 2), "the sentinel done")
+    [first, _] = c.store.events("rung")
+    assert first.attempts == 1
+    assert len([r for r in c.store.runs("rung") if first.id in r.event_ids]) == 1
+    assert all(r.event_ids for r in c.store.runs("rung"))  # no empty runs were recorded
