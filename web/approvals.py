@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -34,6 +34,19 @@ _HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
     "X-Frame-Options": "DENY",
 }
+
+
+def _ids(request: Request) -> tuple[str, str]:
+    """(inbox, request_id) from the raw, still percent-encoded path, so either may contain a
+    slash: ``/approvals/team%2Falice/deploy%2F42`` is inbox ``team/alice``, request
+    ``deploy/42`` (``approval_link`` encodes them that way)."""
+    raw = request.scope.get("raw_path") or request.scope["path"].encode("utf-8")
+    raw = raw.split(b"?", 1)[0]
+    parts = raw.decode("latin-1").split("/")
+    # ["", "approvals", inbox, request_id]
+    if len(parts) != 4 or not parts[2] or not parts[3]:
+        raise Refused("bad_path", "the path is /approvals/{inbox}/{request_id}, each percent-encoded")
+    return unquote(parts[2], errors="replace"), unquote(parts[3], errors="replace")
 
 
 def _token_from(request: Request, fields: dict[str, Any]) -> str | None:
@@ -75,9 +88,8 @@ def _wants_html(request: Request) -> bool:
 async def answer(request: Request, edge: Edge, ctx: Context) -> Response:
     from store import InvalidEvent
 
-    inbox = request.path_params["inbox"]
-    request_id = request.path_params["request_id"]
-    ctx.source, ctx.source_id = "approval", request_id
+    inbox, request_id = _ids(request)
+    ctx.inbox, ctx.source, ctx.source_id = inbox, "approval", request_id
     fields = await _fields(request, edge.settings.max_approval_body_bytes)
     _authorize(edge, _token_from(request, fields), inbox, request_id)
     given = fields.get("answer")
@@ -99,9 +111,8 @@ async def answer(request: Request, edge: Edge, ctx: Context) -> Response:
 
 
 async def show(request: Request, edge: Edge, ctx: Context) -> Response:
-    inbox = request.path_params["inbox"]
-    request_id = request.path_params["request_id"]
-    ctx.source, ctx.source_id = "approval", request_id
+    inbox, request_id = _ids(request)
+    ctx.inbox, ctx.source, ctx.source_id = inbox, "approval", request_id
     token = _token_from(request, {})
     _authorize(edge, token, inbox, request_id)
     e = html.escape
@@ -133,6 +144,6 @@ def _page(body: str) -> str:
 
 
 routes = [
-    Route("/approvals/{inbox}/{request_id}", guarded("web:approvals", answer), methods=["POST"]),
-    Route("/approvals/{inbox}/{request_id}", guarded("web:approvals", show), methods=["GET"]),
+    Route("/approvals/{target:path}", guarded("web:approvals", answer), methods=["POST"]),
+    Route("/approvals/{target:path}", guarded("web:approvals", show), methods=["GET"]),
 ]

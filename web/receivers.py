@@ -130,6 +130,7 @@ async def _ingest(edge: Edge, inbox: str, source: str, source_id: str, payload: 
 
 
 routes = [
-    Route(f"/hooks/{name}/{{inbox}}", guarded(f"web:hooks/{name}", receiver(sender)), methods=["POST"])
+    # :path so an inbox may contain a slash (sent as-is or as %2F): the inbox is the rest.
+    Route(f"/hooks/{name}/{{inbox:path}}", guarded(f"web:hooks/{name}", receiver(sender)), methods=["POST"])
     for name, sender in SENDERS.items()
 ]

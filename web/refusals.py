@@ -21,6 +21,7 @@ REASONS: dict[str, int] = {
     "invalid_event": 422,  # the store's own InvalidEvent
     "missing_header": 422,
     "bad_answer": 422,
+    "bad_path": 404,
     "no_signature": 401,
     "bad_signature": 401,
     "stale_timestamp": 401,

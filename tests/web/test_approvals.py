@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conftest import APPROVAL_SECRET, Client
+from web_support import APPROVAL_SECRET, Client
 from store import Store
 from web.tokens import approval_link, make_token
 
@@ -134,7 +134,7 @@ def test_unknown_approval_is_404(client: Client, web_store: Store, inbox: str, c
 def test_approvals_refused_when_no_secret_is_configured(web_store: Store, inbox: str, request_id: str, clock) -> None:  # type: ignore[no-untyped-def]
     import anyio.from_thread
 
-    from conftest import web_settings
+    from web_support import web_settings
     from web.app import create_app
 
     app = create_app(store=web_store, ring=lambda i: None, settings=web_settings(approval_secrets=()), clock=clock)
@@ -144,3 +144,20 @@ def test_approvals_refused_when_no_secret_is_configured(web_store: Store, inbox:
         portal.call(c.http.aclose)
     assert r.status_code == 403
     assert web_store.events(inbox) == []
+
+
+def test_ids_with_slashes_and_spaces(client: Client, web_store: Store, clock) -> None:  # type: ignore[no-untyped-def]
+    inbox, rid = f"slack/{uuid.uuid4().hex[:6]}", "deploy/42 now"
+    web_store.request_approval(inbox, rid, "deploy", 600)
+    link = approval_link(inbox, rid, base_url="http://web.test", expires_in=60, secret=APPROVAL_SECRET,
+                         now=int(clock.now))
+    assert "/approvals/slack%2F" in link and "/deploy%2F42%20now?" in link
+    assert client.get(link).status_code == 200
+    assert client.post(link, data={"answer": "no"}).json()["outcome"] == "no"
+    assert web_store.events(inbox)[0].source_id == rid
+
+
+@pytest.mark.parametrize("path", ["/approvals/only-one", "/approvals/a/b/c", "/approvals//b", "/approvals/a/"])
+def test_malformed_approval_paths(client: Client, path: str) -> None:
+    r = client.post(path, json={"answer": "yes", "token": "1.x"})
+    assert r.status_code == 404 and r.json()["error"] == "bad_path"

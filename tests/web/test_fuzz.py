@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from conftest import GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET, Client
+from web_support import GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET, Client
 from store import Store
 from web_signing import github_headers, standard_headers, stripe_headers
 

@@ -7,7 +7,7 @@ import time
 import anyio.from_thread
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import GITHUB_SECRET, Client
+from web_support import GITHUB_SECRET, Client
 from store import Store
 from web.app import create_app
 from web_signing import body_of, github_headers
@@ -49,7 +49,7 @@ def test_healthz_broker_down(web_store: Store, settings) -> None:  # type: ignor
 
 
 def test_healthz_broker_hangs(web_store: Store) -> None:
-    from conftest import web_settings
+    from web_support import web_settings
 
     settings = web_settings(health_timeout=1)
     r = run(create_app(store=web_store, ring=lambda i: None, settings=settings,
@@ -102,7 +102,7 @@ def test_metrics_see_overdue_timers_and_the_oldest_pending(client: Client, web_s
 
 
 def test_a_flood_of_refusals_is_answered_but_only_sampled_into_the_store(web_store: Store, clock) -> None:  # type: ignore[no-untyped-def]
-    from conftest import web_settings
+    from web_support import web_settings
 
     app = create_app(store=web_store, ring=lambda i: None, settings=web_settings(rejections_per_second=2),
                      broker_check=lambda: None, clock=clock)

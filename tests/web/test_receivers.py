@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conftest import GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET, Client, web_settings
+from web_support import GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET, Client, web_settings
 from store import Store
 from web.app import create_app
 from web_signing import body_of, github_headers, standard_headers, stripe_headers
@@ -282,3 +282,12 @@ def test_same_delivery_100_times_concurrently(client: Client, web_store: Store, 
     assert codes == [200] * 99 + [202], codes
     assert len(events(web_store, inbox)) == 1
     assert rung == [inbox]
+
+
+def test_inbox_with_a_slash(client: Client, web_store: Store) -> None:
+    inbox = f"slack/{uuid.uuid4().hex[:6]}"
+    for path in (f"/hooks/github/{inbox}", "/hooks/github/" + inbox.replace("/", "%2F")):
+        body = body_of({"path": path})
+        r = client.post(path, content=body, headers=github_headers(GITHUB_SECRET, body))
+        assert r.status_code == 202 and r.json()["inbox"] == inbox
+    assert len(events(web_store, inbox)) == 2

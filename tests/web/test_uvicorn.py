@@ -16,9 +16,9 @@ import anyio
 import httpx
 import pytest
 
-from conftest import APPROVAL_SECRET, GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET
+from web_support import APPROVAL_SECRET, GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET
 from store import Store
-from web.tokens import make_token
+from web.tokens import approval_link
 from web_signing import body_of, github_headers, stripe_headers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,15 +151,18 @@ def test_declared_oversize_body_refused_before_it_is_sent(server: Server, store:
 
 
 def test_tokens_stay_out_of_the_access_log(server: Server, store: Store, inbox: str) -> None:
-    store.request_approval(inbox, "r1", "ship it", 600)
-    token = make_token(inbox, "r1", expires_in=600, secret=APPROVAL_SECRET)
-    page = httpx.get(f"{server.url}/approvals/{inbox}/r1", params={"token": token}, timeout=10)
-    assert page.status_code == 200
-    r = httpx.post(f"{server.url}/approvals/{inbox}/r1", data={"answer": "yes", "token": token}, timeout=10)
+    inbox = f"team/{inbox}"  # a slash, percent-encoded in the link
+    store.request_approval(inbox, "r/1", "ship it", 600)
+    link = approval_link(inbox, "r/1", base_url=server.url, expires_in=600, secret=APPROVAL_SECRET)
+    token = link.split("token=")[1]
+    page = httpx.get(link, timeout=10)
+    assert page.status_code == 200, page.text
+    r = httpx.post(link, data={"answer": "yes"}, timeout=10)
     assert r.json()["outcome"] == "yes"
+    assert store.events(inbox)[0].source_id == "r/1"
     time.sleep(0.2)  # let the log line reach the file (not a timing assertion)
     out = server.output()
-    assert f"/approvals/{inbox}/r1" in out  # the access log is on...
+    assert "POST /approvals/team/" in out  # the access log is on...
     assert token not in out and token.split(".")[1] not in out  # ...and never shows the token
     for secret in (GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET, APPROVAL_SECRET):
         assert secret not in out
