@@ -77,7 +77,6 @@ class Edge:
     _store: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ringing: threading.BoundedSemaphore = field(init=False)
-
     _budget: float = field(init=False)
     _budget_at: float = field(init=False)
 
@@ -120,8 +119,8 @@ class Edge:
         sender gets its 2xx, and at most ``rings_in_flight`` rings run at once (beyond that a
         ring is skipped), so an outage cannot pile up threads.
         """
-        if self.ring_fn is None:
-            self.ring_fn = _default_ring()
+        if self.ring_fn is None:  # importing the runtime loads Celery: not on the event loop
+            self.ring_fn = await anyio.to_thread.run_sync(_default_ring)
         ring_fn = self.ring_fn
         if not self._ringing.acquire(blocking=False):
             self.doorbells["skipped"] += 1
