@@ -86,7 +86,7 @@ def _redis(s: Settings) -> dict[str, Any]:
         # Above the longest task: a message unacked for this long is delivered again.
         "visibility_timeout": s.broker_visibility_timeout,
         "socket_timeout": s.redis_socket_timeout,
-        "socket_connect_timeout": 10,
+        "socket_connect_timeout": 5,  # a doorbell must not hang a webhook response
         "socket_keepalive": True,
         "health_check_interval": s.redis_health_check_interval,
         "retry_on_timeout": True,

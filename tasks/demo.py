@@ -34,6 +34,9 @@ DEMO_ENV = {
 }
 
 
+MARKER = ".wakeful-demo"
+
+
 class Unexpected(AssertionError):
     pass
 
@@ -41,9 +44,13 @@ class Unexpected(AssertionError):
 def run_demo(directory: Path | None = None, keep: bool = False) -> int:
     home = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="wakeful-demo-"))
     home = home.resolve()
-    if directory and home.exists():
-        shutil.rmtree(home)  # the demo's own directory: always start from nothing
+    if directory and home.exists() and any(home.iterdir()):
+        if not (home / MARKER).exists():
+            print(f"wakeful demo: {home} exists and is not a demo directory; choose another")
+            return 2
+        shutil.rmtree(home)  # an earlier demo's directory: start from nothing
     home.mkdir(parents=True, exist_ok=True)
+    (home / MARKER).write_text("made by wakeful demo; deleted by the next one\n")
     sent_file = home / "sent.jsonl"
     for name in [k for k in os.environ if k.startswith("WAKEFUL_")]:
         del os.environ[name]  # the demo never touches a configured store or broker

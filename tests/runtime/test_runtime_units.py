@@ -1,0 +1,187 @@
+"""The runtime's parts that need no worker: settings, Celery config, channels, doorbell, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from runtime_support import base_env
+from store import OutgoingMessage
+from tasks.celeryconfig import celery_config
+from tasks.channels import load_channel
+from tasks.channels.log import JsonlChannel
+from tasks.channels.webhook import WebhookChannel, WebhookError
+from tasks.settings import Settings, SettingsError
+
+
+def test_nothing_set_means_everything_embedded_under_var() -> None:
+    s = Settings.from_env({})
+    assert s.store_url == f"sqlite:///{Path('var/wakeful.sqlite3').resolve()}"
+    assert s.broker.startswith("sqla+sqlite:///") and s.embedded_broker
+    assert s.results.startswith("db+sqlite:///")
+    assert s.agent == "tasks.agents.demo:agent" and s.outbox_channel == "log"
+
+
+def test_settings_come_from_the_environment_and_bad_values_name_the_variable() -> None:
+    s = Settings.from_env({"WAKEFUL_LEASE_TTL": "7", "WAKEFUL_SCAN_INTERVAL": "0.25",
+                           "WAKEFUL_BROKER_URL": "redis://:hunter22@redis:6379/0",
+                           "WAKEFUL_TASK_EVENTS": "off"})
+    assert (s.lease_ttl, s.scan_interval, s.task_events) == (7, 0.25, False)
+    assert s.store_options()["lease_ttl"] == 7
+    assert s.results == "redis://:hunter22@redis:6379/0"
+    assert "hunter22" not in repr(s)
+    with pytest.raises(SettingsError, match="WAKEFUL_MAX_ATTEMPTS"):
+        Settings.from_env({"WAKEFUL_MAX_ATTEMPTS": "three"})
+    with pytest.raises(SettingsError, match="WAKEFUL_LEASE_TTL"):
+        Settings.from_env({"WAKEFUL_LEASE_TTL": "0"})
+
+
+def test_celery_config_is_a_doorbell_broker_config() -> None:
+    s = Settings.from_env({"WAKEFUL_BROKER_URL": "redis://127.0.0.1:6379/0",
+                           "WAKEFUL_RUN_TIME_LIMIT": "900"})
+    c = celery_config(s)
+    assert c["accept_content"] == ["json"] and c["task_serializer"] == "json"
+    assert c["task_acks_late"] and c["task_reject_on_worker_lost"]
+    assert c["worker_prefetch_multiplier"] == 1 and c["task_ignore_result"]
+    transport = c["broker_transport_options"]
+    assert transport["visibility_timeout"] > s.hard_time_limit > s.run_time_limit
+    assert transport["health_check_interval"] > 0 and transport["socket_keepalive"]
+    # External callers send with no routing options: the entry points are on "celery".
+    assert c["task_default_queue"] == "celery"
+    assert c["task_routes"]["wakeful.ingest"]["queue"] == "celery"
+    assert c["task_routes"]["wakeful.run_inbox"]["queue"] != "celery"
+    assert {t["task"] for t in c["beat_schedule"].values()} == {
+        "wakeful.scan_timers", "wakeful.sweep", "wakeful.dispatch_outbox", "wakeful.purge"}
+
+
+def test_embedded_config_has_no_fanout_features() -> None:
+    c = celery_config(Settings.from_env({}))
+    assert c["worker_enable_remote_control"] is False
+    assert c["worker_send_task_events"] is False
+    assert "polling_interval" not in c["broker_transport_options"]  # it crashes create_engine
+
+
+class _Hook(BaseHTTPRequestHandler):
+    script: list[int] = []
+    seen: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append({"key": self.headers.get("Idempotency-Key"), "body": body})
+        status = type(self).script.pop(0) if type(self).script else 200
+        self.send_response(status)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hook():
+    handler = type("Hook", (_Hook,), {"script": [], "seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook", handler
+    server.shutdown()
+    server.server_close()
+
+
+MESSAGE = OutgoingMessage(inbox="alice", key="outbox-7", body="update 1\n\nupdate 2",
+                          urgent=False, message_ids=(7, 8))
+
+
+def test_webhook_channel_posts_json_with_the_dispatch_key_and_retries(hook) -> None:
+    url, handler = hook
+    handler.script = [503, 429]
+    channel = WebhookChannel(url, timeout=5, attempts=4, backoff=0.01)
+    channel(MESSAGE)
+    assert [s["key"] for s in handler.seen] == ["outbox-7"] * 3
+    assert handler.seen[-1]["body"] == {"inbox": "alice", "key": "outbox-7",
+                                        "body": "update 1\n\nupdate 2", "urgent": False,
+                                        "message_ids": [7, 8]}
+
+
+def test_webhook_channel_gives_up_on_a_refusal_and_after_its_attempts(hook) -> None:
+    url, handler = hook
+    handler.script = [400]
+    with pytest.raises(WebhookError, match="HTTP 400"):
+        WebhookChannel(url, attempts=4, backoff=0.01)(MESSAGE)
+    assert len(handler.seen) == 1  # a 4xx is final: no retry
+    handler.script = [500, 500]
+    with pytest.raises(WebhookError, match="after 2 attempts"):
+        WebhookChannel(url, attempts=2, backoff=0.01)(MESSAGE)
+    with pytest.raises(WebhookError, match="ConnectError"):
+        WebhookChannel("http://127.0.0.1:9/none", attempts=2, backoff=0.01)(MESSAGE)
+
+
+def test_channels_are_chosen_by_configuration(tmp_path: Path) -> None:
+    s = Settings.from_env({})
+    assert type(load_channel("log", s)).__name__ == "LogChannel"
+    assert isinstance(load_channel("https://example.invalid/hook", s), WebhookChannel)
+    jsonl = load_channel(f"jsonl:{tmp_path / 'out.jsonl'}", s)
+    assert isinstance(jsonl, JsonlChannel)
+    jsonl(MESSAGE)
+    assert json.loads((tmp_path / "out.jsonl").read_text())["key"] == "outbox-7"
+    assert load_channel("json:dumps", s) is json.dumps
+    with pytest.raises(ValueError):
+        load_channel("carrier-pigeon", s)
+
+
+def test_agent_plugin_is_loaded_by_name() -> None:
+    from tasks.agents import load_agent
+    from tasks.agents.demo import agent
+
+    assert load_agent("tasks.agents.demo:agent") is agent
+    with pytest.raises(ValueError):
+        load_agent("tasks.agents.demo")
+    with pytest.raises(AttributeError):
+        load_agent("tasks.agents.demo:nobody")
+
+
+def test_ring_never_raises_when_the_broker_is_down(tmp_path: Path) -> None:
+    env = {**base_env(tmp_path), "WAKEFUL_BROKER_URL": "redis://127.0.0.1:1/0"}
+    code = ("import time; from tasks.doorbell import ring; t = time.monotonic(); "
+            "ring('alice'); print('returned')")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "returned" in out.stdout
+    assert "the sweep will ring it" in out.stderr
+
+
+def test_importing_settings_and_doorbell_connects_to_nothing(tmp_path: Path) -> None:
+    env = {**base_env(tmp_path), "WAKEFUL_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/x",
+           "WAKEFUL_BROKER_URL": "redis://127.0.0.1:1/0"}
+    code = "import tasks.settings, tasks.doorbell, tasks; tasks.app; print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert not (tmp_path / "home").exists()  # and created nothing
+
+
+def test_cli_ingest_answer_status_on_the_embedded_default(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+
+    def wakeful(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tasks.cli", *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+
+    assert wakeful("init").returncode == 0
+    first = wakeful("ingest", "alice", "chat", "m-1", '{"text": "hi"}')
+    assert first.returncode == 0 and first.stdout.strip() == "stored", first.stderr
+    assert wakeful("ingest", "alice", "chat", "m-1", '{"text": "hi"}').stdout.strip() == \
+        "duplicate (already stored)"
+    bad = wakeful("ingest", "alice", "chat", "m-2", '"not an object"')
+    assert bad.returncode == 2 and "payload must be a JSON object" in bad.stderr
+    unknown = wakeful("answer", "alice", "refund-1", "yes")
+    assert unknown.returncode == 1 and unknown.stdout.strip() == "unknown"
+    status = json.loads(wakeful("status", "alice").stdout)
+    assert status["pending"] == 1 and status["inbox"] == "alice"
+    assert (tmp_path / "home" / "wakeful.sqlite3").exists()
