@@ -72,7 +72,7 @@ class Edge:
     broker_check: Check | None = None
     clock: Callable[[], float] = time.time
     refusals: Counter = field(default_factory=Counter)  # (origin, code) -> count, this process
-    doorbells: Counter = field(default_factory=Counter)  # rung / late / failed / skipped, this process
+    doorbells: Counter = field(default_factory=Counter)  # returned / late / failed / skipped, this process
     unrecorded: Counter = field(default_factory=Counter)  # origin -> refusals not written to the store
     _store: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -131,7 +131,7 @@ class Edge:
         def call() -> str:
             try:
                 ring_fn(inbox)
-                return "rung"
+                return "returned"
             except Exception:  # noqa: BLE001 - ring() promises not to raise; be safe anyway
                 log.exception("doorbell failed for inbox %r; the sweep will re-ring", inbox)
                 return "failed"

@@ -139,9 +139,10 @@ class _Collector:
             lost.add_metric([route], count)
         yield lost
         rings = CounterMetricFamily("wakeful_web_doorbells",
-                                    "Doorbells this web process rang, by outcome (late, failed and "
-                                    "skipped ones are covered by the runtime's sweep)", labels=["outcome"])
-        for outcome in ("rung", "late", "failed", "skipped"):
+                                    "Doorbells this web process rang, by outcome: returned (ring() came "
+                                    "back; it logs its own broker errors), late, failed, skipped; the "
+                                    "runtime's sweep covers every one that did not reach a worker", labels=["outcome"])
+        for outcome in ("returned", "late", "failed", "skipped"):
             rings.add_metric([outcome], self.doorbells.get(outcome, 0))
         yield rings
 
