@@ -64,33 +64,8 @@ async def healthz(request: Request) -> Response:
 
 
 def store_figures(store: Any, now: int) -> dict[str, Any]:
-    """Queue figures read from the store: ``store.metrics(now=)`` when it offers one, else
-    read-only SQL on its tables (the same numbers)."""
-    if hasattr(store, "metrics"):
-        return dict(store.metrics(now=now))
-    from sqlalchemy import func, select
-
-    from store.tables import events, outbox, rejected, timers
-
-    with store.engine.connect() as conn:
-        by_status = dict(conn.execute(
-            select(events.c.status, func.count()).where(events.c.status.in_(("pending", "running", "dead")))
-            .group_by(events.c.status)).all())
-        oldest = conn.execute(select(func.min(events.c.created)).where(events.c.status == "pending")).scalar()
-        held = conn.execute(select(func.count()).select_from(outbox).where(outbox.c.sent_at.is_(None))).scalar()
-        overdue = conn.execute(select(func.count()).select_from(timers)
-                               .where(timers.c.done.is_(False), timers.c.due <= now)).scalar()
-        refused = dict(conn.execute(select(rejected.c.origin, func.count()).group_by(rejected.c.origin)).all())
-    return {
-        "events_pending": int(by_status.get("pending", 0)),
-        "events_running": int(by_status.get("running", 0)),
-        "events_dead": int(by_status.get("dead", 0)),
-        "oldest_pending_age": max(0, now - int(oldest)) if oldest is not None else 0,
-        "outbox_held": int(held or 0),
-        "timers_overdue": int(overdue or 0),
-        "rejected": {str(k): int(v) for k, v in refused.items()},
-        "counters": store.counters(),
-    }
+    """Queue figures read from the store (one short read transaction)."""
+    return dict(store.metrics(now=now))
 
 
 class _Collector:
