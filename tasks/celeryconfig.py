@@ -64,9 +64,10 @@ def celery_config(s: Settings) -> dict[str, Any]:
         "task_routes": ROUTES,
         "task_create_missing_queues": True,
         "broker_connection_retry_on_startup": True,
-        # A worker that lost its broker connection cancels the unacked tasks it cannot ack;
-        # their inboxes are re-rung by the sweep.
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # A Redis blip must not kill a running agent run: that would cost the event an
+        # attempt (three blips and it is dead). The run finishes through the database; its
+        # unackable message comes back later, finds nothing to claim and ends.
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_hijack_root_logger": True,
         "worker_redirect_stdouts": False,
         "timezone": "UTC",

@@ -108,8 +108,6 @@ class Settings:
     # Extra header for the webhook channel, "Name: value" (e.g. an Authorization token).
     webhook_header: str = field(default="", repr=False)
 
-    log_level: str = "INFO"
-
     # ------------------------------------------------------------------
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -42,7 +42,6 @@ FAST_ENV = {
     "WAKEFUL_SWEEP_INTERVAL": "0.5",
     "WAKEFUL_DISPATCH_INTERVAL": "0.5",
     "WAKEFUL_AGENT": "tasks.agents.demo:agent",
-    "WAKEFUL_LOG_LEVEL": "INFO",
 }
 
 
