@@ -1,0 +1,72 @@
+"""The bench's shared state: settings for this run, databases, workers, progress output."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Sizes:
+    reps: int
+    ingest_n: int          # task messages per ingest / no-op throughput run
+    insert_seconds: float  # duration of one ingest_many / pgbench run
+    batch: int             # rows per ingest_many call (and per pgbench batched statement)
+    drain_rounds: int      # 1,000-inbox backlogs per events_per_s run
+    procrastinate_jobs: int
+    probes: int            # unloaded latency samples per run
+    load_seconds: float    # duration of one half-load latency run
+    cost_wakes: int
+    scan_due: int
+    scan_small: int
+    scan_large: int
+
+    @classmethod
+    def quick(cls) -> "Sizes":
+        return cls(reps=3, ingest_n=1000, insert_seconds=1.0, batch=100, drain_rounds=1,
+                   procrastinate_jobs=1000, probes=60, load_seconds=1.5, cost_wakes=300,
+                   scan_due=10_000, scan_small=10_000, scan_large=1_000_000)
+
+    @classmethod
+    def full(cls) -> "Sizes":
+        return cls(reps=3, ingest_n=4000, insert_seconds=4.0, batch=100, drain_rounds=3,
+                   procrastinate_jobs=3000, probes=300, load_seconds=5.0, cost_wakes=1000,
+                   scan_due=10_000, scan_small=10_000, scan_large=1_000_000)
+
+
+@dataclass
+class Results:
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, key: str, value: float) -> None:
+        self.samples.setdefault(key, []).append(float(value))
+
+    def median(self, key: str) -> float | None:
+        values = self.samples.get(key)
+        return statistics.median(values) if values else None
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Context:
+    sizes: Sizes
+    home: Path
+    results: Results
+    progress: Progress
+    main_db: str = ""
+    wakeful_app: Any = None
+    peer_app: Any = None
+    wakeful_worker: Any = None
+    peer_worker: Any = None

@@ -1,0 +1,134 @@
+"""``events_per_s_1``/``events_per_s_10`` against ``procrastinate_per_s``: a pre-loaded
+backlog over 1,000 inboxes drained by the same worker (no-op agent), one doorbell per inbox,
+at 1 and at 10 events per wake; procrastinate drains the same number of jobs with a per-key
+``lock`` over the same 1,000 keys, with as many worker processes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+
+import psycopg
+
+from store import Store
+from tasks.celeryconfig import RUNS_QUEUE
+
+from bench import env
+from bench.context import Context
+from bench.queues import drain_rate
+
+INBOXES = 1000
+_serial = itertools.count()
+
+
+def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live) -> float:
+    app, w = ctx.wakeful_app, ctx.wakeful_worker
+    r = env.redis_client()
+    from tasks.doorbell import ring
+
+    seconds = 0.0
+    events = 0
+    for _ in range(rounds):
+        tag = next(_serial)
+        items = [(f"inbox-{i % INBOXES}", "drain", f"{tag}-{i}", {"n": i}) for i in range(INBOXES * per_wake)]
+        for start in range(0, len(items), 1000):
+            store.ingest_many(items[start:start + 1000])
+
+        def fill() -> None:
+            for i in range(INBOXES):
+                ring(f"inbox-{i}")
+
+        rate = drain_rate(app, w, RUNS_QUEUE, len(items), fill, r, extra=lambda: live() == 0)
+        seconds += len(items) / rate
+        events += len(items)
+    return events / seconds
+
+
+def procrastinate_rate(ctx: Context, db: str, jobs: int) -> tuple[float, float]:
+    """(jobs per second from the first job's start to the last one's success, peak RSS MB)."""
+    from bench import procrastinate_peer as peer
+
+    env.sql(db, "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_workers RESTART IDENTITY CASCADE")
+    for i in range(jobs):
+        peer.noop.configure(lock=f"key-{i % INBOXES}").defer(n=i)
+    procs = [_start_procrastinate(ctx, db, n) for n in range(env.CONCURRENCY)]
+    peak: dict[int, int] = {}
+    try:
+        deadline = time.monotonic() + 600
+        with psycopg.connect(env.pg_conninfo(db), autocommit=True) as conn:
+            while conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')").fetchone()[0]:
+                for p in procs:
+                    _sample(p.pid, peak)
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError(f"procrastinate did not drain: see {ctx.home}/procrastinate-*.log")
+                time.sleep(0.01)
+            window, failed = conn.execute(
+                "SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') - min(at) FILTER (WHERE type = 'started')),"
+                " count(*) FILTER (WHERE type = 'failed') FROM procrastinate_events").fetchone()
+        if failed:
+            raise RuntimeError(f"{failed} procrastinate jobs failed")
+    finally:
+        for p in procs:
+            _sample(p.pid, peak)
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return jobs / float(window), max(peak.values(), default=0) / 1024
+
+
+def _start_procrastinate(ctx: Context, db: str, n: int) -> subprocess.Popen:
+    log = open(ctx.home / f"procrastinate-{n}.log", "ab")
+    e = dict(os.environ, BENCH_PROCRASTINATE_DSN=env.pg_conninfo(db))
+    return subprocess.Popen([sys.executable, "-m", "bench.procrastinate_peer"], env=e, cwd=env.ROOT,
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def _sample(pid: int, peak: dict[int, int]) -> None:
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmHWM:"):
+                peak[pid] = max(peak.get(pid, 0), int(line.split()[1]))
+    except OSError:
+        pass
+
+
+def setup_procrastinate(ctx: Context) -> str:
+    db = env.create_database("wakeful_bench_procrastinate")
+    os.environ["BENCH_PROCRASTINATE_DSN"] = env.pg_conninfo(db)
+    from bench import procrastinate_peer as peer
+
+    peer.app.connector.conninfo = env.pg_conninfo(db)  # in case it was imported earlier
+    peer.app.open()
+    peer.app.schema_manager.apply_schema()
+    return db
+
+
+def run(ctx: Context) -> None:
+    store = Store.connect(env.sqlalchemy_url(ctx.main_db), pool_size=1)
+    pdb = setup_procrastinate(ctx)
+    jobs = ctx.sizes.procrastinate_jobs
+    with psycopg.connect(env.pg_conninfo(ctx.main_db), autocommit=True) as conn:
+        def live() -> int:
+            return conn.execute("SELECT count(*) FROM events WHERE status IN ('pending', 'running')").fetchone()[0]
+
+        wakeful_rate(ctx, store, 1, 1, live)  # warm-up
+        for rep in range(ctx.sizes.reps):
+            one = wakeful_rate(ctx, store, 1, ctx.sizes.drain_rounds, live)
+            ctx.results.add("events_per_s_1", one)
+            ten = wakeful_rate(ctx, store, 10, 1, live)
+            ctx.results.add("events_per_s_10", ten)
+            rate, rss = procrastinate_rate(ctx, pdb, jobs)
+            ctx.results.add("procrastinate_per_s", rate)
+            ctx.results.add("procrastinate_worker_rss_mb", rss)
+            ctx.progress(f"drain {rep + 1}/{ctx.sizes.reps}: wakeful {one:,.0f} events/s at 1/wake, "
+                         f"{ten:,.0f} at 10/wake; procrastinate {rate:,.0f} jobs/s ({jobs} jobs)")
+    store.dispose()
+    from bench import procrastinate_peer as peer
+    peer.app.close()
+    env.drop_database(pdb)

@@ -1,0 +1,34 @@
+"""The raw Celery peer: the same broker, the same Celery settings as wakeful's app.
+
+Its configuration is ``tasks.celeryconfig.celery_config`` itself, so prefetch, late acks,
+reject-on-worker-lost, serializers and transport options cannot drift from wakeful's.
+"""
+
+from __future__ import annotations
+
+import time
+
+from celery import Celery
+
+from tasks.celeryconfig import celery_config
+from tasks.settings import settings
+
+from bench.probe import record_latency
+
+QUEUE = "bench.peer"
+
+app = Celery("bench_peer")
+app.config_from_object(celery_config(settings))
+app.conf.task_routes = {"bench.*": {"queue": QUEUE}}
+app.conf.beat_schedule = {}
+
+
+@app.task(name="bench.noop")
+def noop() -> None:
+    """Nothing: the broker and the worker's consumer loop are all that is measured."""
+
+
+@app.task(name="bench.probe")
+def probe(sent: float) -> None:
+    """Send -> task start, the peer's half of the wake-latency figure."""
+    record_latency(time.time() - sent)

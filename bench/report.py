@@ -1,0 +1,109 @@
+"""The table of medians and ratios, the targets of issue 5, and the JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.context import Results
+
+# (key, label, unit) in the order of issue 5's table; extras after the issue's keys.
+ROWS = [
+    ("ingest_per_s", "wakeful.ingest by task call", "events/s"),
+    ("celery_noop_per_s", "  peer: raw Celery no-op task", "tasks/s"),
+    ("ingest_many_per_s", "Store.ingest_many (batches of 100, 2 clients)", "rows/s"),
+    ("pgbench_insert_tps", "  peer: pgbench, same INSERT ... ON CONFLICT, 2 clients", "tx/s (1 row)"),
+    ("pgbench_insert_batch_rows_per_s", "  peer: pgbench, same INSERT, 100 rows per statement", "rows/s"),
+    ("wake_p50_ms", "ingest call -> agent called, p50, unloaded", "ms"),
+    ("wake_p99_ms", "ingest call -> agent called, p99, unloaded", "ms"),
+    ("celery_p50_ms", "  peer: Celery send -> task start, p50, unloaded", "ms"),
+    ("celery_p99_ms", "  peer: Celery send -> task start, p99, unloaded", "ms"),
+    ("wake_p50_ms_half_load", "ingest call -> agent called, p50, half load", "ms"),
+    ("wake_p99_ms_half_load", "ingest call -> agent called, p99, half load", "ms"),
+    ("celery_p50_ms_half_load", "  peer: send -> start, p50, half load", "ms"),
+    ("celery_p99_ms_half_load", "  peer: send -> start, p99, half load", "ms"),
+    ("events_per_s_1", "backlog drain, 1,000 inboxes, 1 event per wake", "events/s"),
+    ("events_per_s_10", "backlog drain, 1,000 inboxes, 10 events per wake", "events/s"),
+    ("procrastinate_per_s", "  peer: procrastinate, lock per key over 1,000 keys", "jobs/s"),
+    ("commits_per_wake", "commits per wake (worker, SQLAlchemy events)", ""),
+    ("pg_xact_commit_per_wake", "  cross-check: pg_stat_database xact_commit per wake", ""),
+    ("statements_per_wake", "SQL statements per wake (excl. BEGIN/COMMIT)", ""),
+    ("checkouts_per_wake", "pool checkouts per wake (each a pre-ping SELECT 1)", ""),
+    ("redis_cmds_per_wake", "Redis commands per wake (ring included)", ""),
+    ("scan_ms_due10k_of_10k", "run_scheduler: 10k due of 10k timers", "ms"),
+    ("scan_ms_due10k_of_1m", "run_scheduler: 10k due of 1M timers", "ms"),
+    ("worker_rss_mb", "peak RSS of a wakeful worker process", "MB"),
+    ("celery_worker_rss_mb", "  peer: raw Celery worker process", "MB"),
+    ("procrastinate_worker_rss_mb", "  peer: procrastinate worker process", "MB"),
+]
+
+
+def ratios(m: dict[str, float | None]) -> dict[str, float | None]:
+    def div(a: str, b: str) -> float | None:
+        return m[a] / m[b] if m.get(a) is not None and m.get(b) else None
+
+    return {
+        "ingest_ratio": div("ingest_per_s", "celery_noop_per_s"),
+        "ingest_many_vs_ingest": div("ingest_many_per_s", "ingest_per_s"),
+        "ingest_many_vs_pgbench": div("ingest_many_per_s", "pgbench_insert_tps"),
+        "ingest_many_vs_pgbench_batch": div("ingest_many_per_s", "pgbench_insert_batch_rows_per_s"),
+        "wake_p99_minus_celery_p99_ms": (m["wake_p99_ms"] - m["celery_p99_ms"])
+        if m.get("wake_p99_ms") is not None and m.get("celery_p99_ms") is not None else None,
+        "wake_p99_half_load_ratio": div("wake_p99_ms_half_load", "celery_p99_ms_half_load"),
+        "events_1_vs_procrastinate": div("events_per_s_1", "procrastinate_per_s"),
+        "events_10_vs_procrastinate": div("events_per_s_10", "procrastinate_per_s"),
+        "scan_1m_vs_10k": div("scan_ms_due10k_of_1m", "scan_ms_due10k_of_10k"),
+        "worker_rss_vs_celery": div("worker_rss_mb", "celery_worker_rss_mb"),
+    }
+
+
+def targets(m: dict[str, Any], r: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    def check(value: float | None, ok) -> bool | None:
+        return None if value is None else bool(ok(value))
+
+    return [
+        ("ingest_ratio >= 0.8", check(r["ingest_ratio"], lambda v: v >= 0.8), _f(r["ingest_ratio"])),
+        ("ingest_many_per_s >= 5x ingest_per_s", check(r["ingest_many_vs_ingest"], lambda v: v >= 5), _f(r["ingest_many_vs_ingest"]) + "x"),
+        ("wake_p99 <= celery_p99 + 5 ms (unloaded)", check(r["wake_p99_minus_celery_p99_ms"], lambda v: v <= 5), "+" + _f(r["wake_p99_minus_celery_p99_ms"]) + " ms"),
+        ("wake_p99 <= 2x celery_p99 (half load)", check(r["wake_p99_half_load_ratio"], lambda v: v <= 2), _f(r["wake_p99_half_load_ratio"]) + "x"),
+        ("events_per_s_1 >= procrastinate_per_s", check(r["events_1_vs_procrastinate"], lambda v: v >= 1), _f(r["events_1_vs_procrastinate"]) + "x"),
+        ("events_per_s_10 >= 5x procrastinate_per_s", check(r["events_10_vs_procrastinate"], lambda v: v >= 5), _f(r["events_10_vs_procrastinate"]) + "x"),
+        ("commits_per_wake <= 3", check(m.get("commits_per_wake"), lambda v: v <= 3), _f(m.get("commits_per_wake"))),
+        ("scan 1m within 1.5x of scan 10k", check(r["scan_1m_vs_10k"], lambda v: v <= 1.5), _f(r["scan_1m_vs_10k"]) + "x"),
+    ]
+
+
+def _f(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def table(results: Results) -> tuple[str, dict[str, Any]]:
+    m = {key: results.median(key) for key in results.samples}
+    r = ratios(m)
+    lines = ["| figure | key | median | runs |", "|---|---|---:|---|"]
+    for key, label, unit in ROWS:
+        if key not in results.samples:
+            continue
+        runs = ", ".join(_f(v) for v in results.samples[key])
+        lines.append(f"| {label.strip()} | `{key}` | {_f(m[key])} {unit} | {runs} |")
+    lines += ["", "| ratio | value |", "|---|---:|"]
+    lines += [f"| `{k}` | {_f(v)} |" for k, v in r.items()]
+    lines += ["", "| target (issue 5) | met | measured |", "|---|---|---:|"]
+    lines += [f"| {name} | {'yes' if ok else ('no' if ok is False else '-')} | {got} |" for name, ok, got in targets(m, r)]
+    data: dict[str, Any] = {k: (round(v, 3) if v is not None else None) for k, v in m.items()}
+    data.update({k: (round(v, 3) if v is not None else None) for k, v in r.items()})
+    data["samples"] = {k: [round(x, 3) for x in v] for k, v in results.samples.items()}
+    data["targets"] = {name: ok for name, ok, _ in targets(m, r)}
+    data["notes"] = results.notes
+    return "\n".join(lines), data
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
