@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+import signal
+
 from tasks.processes import holder_pid, pgid_of
 
 pytestmark = pytest.mark.processes
@@ -246,3 +248,44 @@ def test_sweep_rings_lost_doorbells_and_extra_doorbells_cost_nothing(make_cluste
     assert purged["events"] == 0
     if c.backend == "embedded":
         assert purged["broker_messages"] > 0
+
+
+def test_a_paused_worker_that_wakes_after_a_takeover_changes_nothing(make_cluster) -> None:
+    c = make_cluster(run_workers=2)
+    c.ingest("hal", "chat", "h-1", {"text": "tell the customer", "slow_first_attempt": 1})
+    holder = c.wait(lambda: c.store.status("hal").holder, "hal's run to start")
+    pid = holder_pid(holder)
+    [stalled] = [w for w in c.run_workers if pid is not None and pgid_of(pid) == w.pid]
+    c.procs.kill(stalled, signal.SIGSTOP)  # a laptop lid, a VM pause: the whole worker
+    try:
+        c.wait(lambda: c.settled("hal", 1), "the other worker to take over and finish")
+    finally:
+        c.procs.kill(stalled, signal.SIGCONT)
+    c.wait(lambda: c.store.counters()["stale_finishes_refused"] >= 1,
+           "the woken worker's finish to be refused")
+    [event] = c.store.events("hal")
+    assert (event.status, event.attempts) == ("done", 2)
+    [run] = c.store.runs("hal")  # one committed finish, by the new holder
+    assert holder_pid(run.holder) != pid
+    assert len(c.store.outbox("hal")) == 1  # one reply, not two
+
+
+def test_two_beats_never_fire_one_occurrence_twice(make_cluster) -> None:
+    c = make_cluster()
+    second = c.procs.beat("beat2", schedule=c.home / "beat2-schedule")
+    c.procs.wait_ready(second)
+    c.ingest("ida", "chat", "i-1", {"text": "tick", "every": 1, "timer_id": "t", "silent": True})
+
+    def ticks():
+        done = [e for e in c.store.events("ida") if e.source == "timer" and e.status == "done"]
+        return done if len(done) >= 3 else None
+
+    c.wait(ticks, "three ticks with two beats running")
+    c.store.cancel_timer("ida", "t")
+    fired = [e for e in c.store.events("ida") if e.source == "timer"]
+    scheduled = [e.payload["scheduled_for"] for e in fired]
+    assert len(scheduled) == len(set(scheduled))  # each occurrence once
+    assert all(e.attempts == 1 for e in fired if e.status == "done")
+    # Both beats really were ticking the scan.
+    for beat in [p for p in c.procs.procs if "beat" in p.name]:
+        assert "wakeful.scan_timers" in beat.text()
