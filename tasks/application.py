@@ -18,9 +18,13 @@ if settings.embedded_broker:
 
 @celeryd_init.connect
 @beat_init.connect
-def _init_embedded_broker(**_kwargs) -> None:
+def _init_embedded(**_kwargs) -> None:
     # `wakeful up` and `wakeful demo` do this before starting anything; a process started
-    # by hand (celery -A tasks worker) does it too, retrying if it races another.
+    # by hand (celery -A tasks worker) does it too, retrying if it races another. Only the
+    # embedded SQLite store is migrated here: PostgreSQL is migrated once, by `wakeful init`
+    # (compose's `init` service), never by every worker that starts.
+    if settings.store_url.startswith("sqlite"):
+        embedded.migrate_store(settings.store_url, settings.store_options())
     if settings.embedded_broker:
         embedded.init(app, QUEUES)
 

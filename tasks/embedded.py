@@ -87,6 +87,25 @@ def init(app, queues: tuple[str, ...], attempts: int = 5) -> None:
             time.sleep(0.2 * (attempt + 1))
 
 
+def migrate_store(url: str, options: dict[str, int], attempts: int = 5) -> None:
+    """Migrate the embedded SQLite store, in a process that is about to fork: the engine is
+    disposed before returning, so no SQLite connection crosses the fork."""
+    from store import Store
+
+    for attempt in range(attempts):
+        store = Store.connect(url, **options)
+        try:
+            store.migrate()
+            return
+        except Exception as exc:  # another process is migrating the same fresh file
+            if attempt == attempts - 1:
+                raise
+            log.info("store migration raced (%s); retrying", type(exc).__name__)
+            time.sleep(0.3 * (attempt + 1))
+        finally:
+            store.dispose()
+
+
 def prune(broker_url: str) -> int:
     """Delete consumed messages (kombu keeps them with visible = 0 forever)."""
     path = sqlite_path(broker_url)
