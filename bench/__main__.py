@@ -8,6 +8,7 @@ docs/performance.md for what each figure means and how it is taken.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import shutil
@@ -108,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
 
     text, data = table(ctx.results)
     data["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                       "quick": args.quick, "sections": list(sections)}
+                       "quick": args.quick, "sections": list(sections),
+                       "load_average_at_end": os.getloadavg()}
+    data["sizes"] = dataclasses.asdict(ctx.sizes)
+    if args.quick:
+        print("\n(--quick: scaled-down sizes, see \"sizes\" in the JSON; publish a full run)")
     print(text)
     if args.json:
         write_json(args.json, data)
@@ -122,6 +127,8 @@ def _latency_unloaded_only(ctx, latency) -> None:
             s = latency.unloaded(ctx, kind, ctx.sizes.probes)
             ctx.results.add(f"{prefix}_p50_ms", latency.percentile(s, 50))
             ctx.results.add(f"{prefix}_p99_ms", latency.percentile(s, 99))
+            if kind == "wakeful":
+                latency.parts(ctx)
 
 
 def _record_rss(ctx, workers) -> None:

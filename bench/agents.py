@@ -18,7 +18,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.probe import record_latency
+from bench.probe import record_latency, record_parts
+
+# When this process's current wakeful.run_inbox task started (time.time()), to split a
+# wake's latency into "reaching the run task" and "the store's work before the agent".
+_task_started: dict[str, float] = {}
+
+
+def _on_prerun(sender: Any = None, task: Any = None, args: Any = None, **_k: Any) -> None:
+    if getattr(task, "name", "") == "wakeful.run_inbox" and args:
+        _task_started["run"] = time.time()
+
+
+try:
+    from celery.signals import task_prerun
+
+    task_prerun.connect(_on_prerun, weak=False)
+except ImportError:  # pragma: no cover - the bench always has celery
+    pass
 
 
 def agent(run: Any) -> None:
@@ -29,6 +46,9 @@ def agent(run: Any) -> None:
         sent = payload.get("sent")
         if sent is not None:
             record_latency(now - sent)
+            started = _task_started.get("run")
+            if started is not None and started >= sent:
+                record_parts(started - sent, now - started)
         counted = counted or bool(payload.get("count"))
     if counted:
         _write_counts()

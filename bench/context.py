@@ -16,7 +16,8 @@ class Sizes:
     ingest_n: int          # task messages per ingest / no-op throughput run
     insert_seconds: float  # duration of one ingest_many / pgbench run
     batch: int             # rows per ingest_many call (and per pgbench batched statement)
-    drain_rounds: int      # 1,000-inbox backlogs per events_per_s run
+    drain_rounds: int      # 1,000-inbox backlogs per events_per_s_1 run
+    drain_inboxes_10: int  # inboxes of the 10-events-per-wake backlog (1,000; fewer in --quick)
     procrastinate_jobs: int
     probes: int            # unloaded latency samples per run
     load_seconds: float    # duration of one half-load latency run
@@ -27,14 +28,16 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> "Sizes":
-        return cls(reps=3, ingest_n=1000, insert_seconds=1.0, batch=100, drain_rounds=1,
-                   procrastinate_jobs=1000, probes=60, load_seconds=1.5, cost_wakes=300,
-                   scan_due=10_000, scan_small=10_000, scan_large=1_000_000)
+        # Scaled down to fit about a minute; the scan keeps the 1:100 ratio of due to all
+        # timers at a fifth of the size. Use the full run for published figures.
+        return cls(reps=3, ingest_n=600, insert_seconds=1.0, batch=100, drain_rounds=1,
+                   drain_inboxes_10=300, procrastinate_jobs=1000, probes=50, load_seconds=1.0,
+                   cost_wakes=200, scan_due=2_000, scan_small=2_000, scan_large=200_000)
 
     @classmethod
     def full(cls) -> "Sizes":
-        return cls(reps=3, ingest_n=4000, insert_seconds=4.0, batch=100, drain_rounds=3,
-                   procrastinate_jobs=3000, probes=300, load_seconds=5.0, cost_wakes=1000,
+        return cls(reps=3, ingest_n=3000, insert_seconds=4.0, batch=100, drain_rounds=3,
+                   drain_inboxes_10=1000, procrastinate_jobs=3000, probes=300, load_seconds=5.0, cost_wakes=1000,
                    scan_due=10_000, scan_small=10_000, scan_large=1_000_000)
 
 

@@ -24,7 +24,7 @@ INBOXES = 1000
 _serial = itertools.count()
 
 
-def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live) -> float:
+def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, inboxes: int = INBOXES) -> float:
     app, w = ctx.wakeful_app, ctx.wakeful_worker
     r = env.redis_client()
     from tasks.doorbell import ring
@@ -33,12 +33,12 @@ def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live) -
     events = 0
     for _ in range(rounds):
         tag = next(_serial)
-        items = [(f"inbox-{i % INBOXES}", "drain", f"{tag}-{i}", {"n": i}) for i in range(INBOXES * per_wake)]
+        items = [(f"inbox-{i % inboxes}", "drain", f"{tag}-{i}", {"n": i}) for i in range(inboxes * per_wake)]
         for start in range(0, len(items), 1000):
             store.ingest_many(items[start:start + 1000])
 
         def fill() -> None:
-            for i in range(INBOXES):
+            for i in range(inboxes):
                 ring(f"inbox-{i}")
 
         rate = drain_rate(app, w, RUNS_QUEUE, len(items), fill, r, extra=lambda: live() == 0)
@@ -117,11 +117,11 @@ def run(ctx: Context) -> None:
         def live() -> int:
             return conn.execute("SELECT count(*) FROM events WHERE status IN ('pending', 'running')").fetchone()[0]
 
-        wakeful_rate(ctx, store, 1, 1, live)  # warm-up
+        wakeful_rate(ctx, store, 1, 1, live, 200)  # warm-up
         for rep in range(ctx.sizes.reps):
             one = wakeful_rate(ctx, store, 1, ctx.sizes.drain_rounds, live)
             ctx.results.add("events_per_s_1", one)
-            ten = wakeful_rate(ctx, store, 10, 1, live)
+            ten = wakeful_rate(ctx, store, 10, 1, live, ctx.sizes.drain_inboxes_10)
             ctx.results.add("events_per_s_10", ten)
             rate, rss = procrastinate_rate(ctx, pdb, jobs)
             ctx.results.add("procrastinate_per_s", rate)

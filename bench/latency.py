@@ -13,7 +13,7 @@ import time
 
 from bench import env, peer
 from bench.context import Context
-from bench.probe import LATENCY_KEY
+from bench.probe import LATENCY_KEY, PARTS_KEY
 
 _serial = itertools.count()
 
@@ -36,9 +36,20 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
+def parts(ctx: Context) -> None:
+    """Split of the wake latency: ingest call -> run task started, run task -> agent called."""
+    r = env.redis_client()
+    rows = [tuple(float(x) * 1000 for x in v.split()) for v in r.lrange(PARTS_KEY, 0, -1)]
+    r.delete(PARTS_KEY)
+    if rows:
+        for n, name in enumerate(("to_run_task", "run_task_to_agent")):
+            values = [row[n] for row in rows]
+            ctx.results.add(f"wake_{name}_p50_ms", percentile(values, 50))
+
+
 def unloaded(ctx: Context, kind: str, probes: int) -> list[float]:
     r = env.redis_client()
-    r.delete(LATENCY_KEY)
+    r.delete(LATENCY_KEY, PARTS_KEY)
     samples = []
     for i in range(probes):
         send_probe(ctx, kind, i)
@@ -51,20 +62,15 @@ def unloaded(ctx: Context, kind: str, probes: int) -> list[float]:
 
 
 def loaded(ctx: Context, kind: str, rate: float, seconds: float) -> list[float]:
+    """Every message of the paced load is a probe: the samples are the load itself."""
     r = env.redis_client()
     r.delete(LATENCY_KEY)
-    loader = subprocess.Popen([sys.executable, "-m", "bench.loader", kind, str(rate), str(seconds + 0.5)],
-                              env=dict(os.environ), cwd=env.ROOT)
-    time.sleep(0.25)
-    sent = 0
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        send_probe(ctx, kind, sent)
-        sent += 1
-        time.sleep(0.02)
-    loader.wait(60)
-    if loader.returncode:
-        raise RuntimeError(f"the {kind} load generator failed")
+    seconds = max(seconds, 100 / rate)  # at least ~100 samples per run
+    done = subprocess.run([sys.executable, "-m", "bench.loader", kind, str(rate), str(seconds)],
+                          env=dict(os.environ), cwd=env.ROOT, capture_output=True, text=True, timeout=seconds + 60)
+    if done.returncode:
+        raise RuntimeError(f"the {kind} load generator failed: {done.stderr[-2000:]}")
+    sent = int(done.stdout.split()[-1])
     samples = []
     while len(samples) < sent:
         got = r.blpop([LATENCY_KEY], timeout=30)
@@ -77,12 +83,14 @@ def loaded(ctx: Context, kind: str, rate: float, seconds: float) -> list[float]:
 def run(ctx: Context) -> None:
     res = ctx.results
     for kind in ("wakeful", "peer"):
-        unloaded(ctx, kind, 20)  # warm-up
+        unloaded(ctx, kind, 30)  # warm-up
     for rep in range(ctx.sizes.reps):
         for kind, prefix in (("wakeful", "wake"), ("peer", "celery")):
             s = unloaded(ctx, kind, ctx.sizes.probes)
             res.add(f"{prefix}_p50_ms", percentile(s, 50))
             res.add(f"{prefix}_p99_ms", percentile(s, 99))
+            if kind == "wakeful":
+                parts(ctx)
         ctx.progress(f"latency {rep + 1}/{ctx.sizes.reps} unloaded: wake p50 {res.samples['wake_p50_ms'][-1]:.2f} ms "
                      f"p99 {res.samples['wake_p99_ms'][-1]:.2f} ms; celery p50 {res.samples['celery_p50_ms'][-1]:.2f} ms "
                      f"p99 {res.samples['celery_p99_ms'][-1]:.2f} ms")

@@ -7,6 +7,7 @@ import os
 import redis
 
 LATENCY_KEY = "bench:latency"
+PARTS_KEY = "bench:latency:parts"
 _client: redis.Redis | None = None
 _pid: int | None = None
 
@@ -21,3 +22,7 @@ def client() -> redis.Redis:
 
 def record_latency(seconds: float) -> None:
     client().rpush(LATENCY_KEY, repr(seconds))
+
+
+def record_parts(to_run_task: float, run_task_to_agent: float) -> None:
+    client().rpush(PARTS_KEY, f"{to_run_task!r} {run_task_to_agent!r}")

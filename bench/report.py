@@ -17,6 +17,8 @@ ROWS = [
     ("pgbench_insert_batch_rows_per_s", "  peer: pgbench, same INSERT, 100 rows per statement", "rows/s"),
     ("wake_p50_ms", "ingest call -> agent called, p50, unloaded", "ms"),
     ("wake_p99_ms", "ingest call -> agent called, p99, unloaded", "ms"),
+    ("wake_to_run_task_p50_ms", "  of which: ingest call -> run task started, p50", "ms"),
+    ("wake_run_task_to_agent_p50_ms", "  of which: run task started -> agent called, p50", "ms"),
     ("celery_p50_ms", "  peer: Celery send -> task start, p50, unloaded", "ms"),
     ("celery_p99_ms", "  peer: Celery send -> task start, p99, unloaded", "ms"),
     ("wake_p50_ms_half_load", "ingest call -> agent called, p50, half load", "ms"),
