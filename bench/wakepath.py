@@ -1,0 +1,118 @@
+"""``python -m bench.wakepath``: what one wake costs on the store side, in this process,
+for the run loop tasks/ uses today and for the alternatives the store already offers.
+
+No broker, no worker: each variant runs N single-event wakes back to back against a fresh
+bench database, counting statements, commits and pool checkouts with SQLAlchemy events, and
+timing the whole wake and the part before the agent is called. It is the evidence behind
+the recommendations in docs/performance.md, not one of issue 5's figures.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import Pool
+
+from bench import env
+
+DB = "wakeful_bench_wakepath"
+counts: Counter[str] = Counter()
+
+
+def _install() -> None:
+    event.listen(Engine, "before_cursor_execute", lambda *a, **k: counts.update(["statements"]))
+    event.listen(Engine, "commit", lambda *a, **k: counts.update(["commits"]))
+    event.listen(Pool, "checkout", lambda *a, **k: counts.update(["checkouts"]))
+
+
+def today(store, inbox: str, agent) -> float:
+    """tasks.runs.run_inbox as it is (acquire; claim; memory; agent; finish; renew; claim; release)."""
+    from tasks import runs
+
+    runs.get_store = lambda: store  # this process's store, not the environment's
+    runs._agent = agent
+    runs.run_inbox(inbox)
+    return agent.called_at
+
+
+def combined(store, inbox: str, agent) -> float:
+    """start_run (acquire+claim), memory, agent, finish_and_claim (finish+release)."""
+    from store import Outcome
+    from tasks.agents import Run
+
+    holder = f"bench:{os.getpid()}"
+    gen, events = store.start_run(inbox, holder)
+    while events:
+        run = Run(inbox=inbox, events=events, generation=gen, memory=store.memory(inbox))
+        outcome = agent(run) or Outcome()
+        step = store.finish_and_claim(inbox, holder, gen, [e.id for e in events], outcome=outcome)
+        events = step.events
+    return agent.called_at
+
+
+class Agent:
+    called_at = 0.0
+
+    def __call__(self, run):
+        Agent.called_at = time.perf_counter()
+        return None
+
+
+def measure(store, loop, n: int, tag: str) -> dict[str, float]:
+    store.ingest_many([(f"{tag}-{i}", "wakepath", "e", {}) for i in range(n + 20)])
+    agent = Agent()
+    for i in range(n, n + 20):
+        loop(store, f"{tag}-{i}", agent)  # warm-up
+    counts.clear()
+    wake, to_agent = [], []
+    for i in range(n):
+        start = time.perf_counter()
+        called = loop(store, f"{tag}-{i}", agent)
+        wake.append((time.perf_counter() - start) * 1000)
+        to_agent.append((called - start) * 1000)
+    return {"wake_ms_p50": statistics.median(wake), "to_agent_ms_p50": statistics.median(to_agent),
+            **{k: v / n for k, v in counts.items()}}
+
+
+def main() -> int:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    home = Path(tempfile.mkdtemp(prefix="wakeful-wakepath-"))
+    url = env.sqlalchemy_url(DB)
+    os.environ.update(env.base_env(home, WAKEFUL_DATABASE_URL=url, WAKEFUL_AGENT="bench.agents:agent"))
+    env.create_database(DB)
+    from store import Store
+    from store.db import create
+
+    try:
+        Store.connect(url).migrate()
+        _install()
+        pinged = Store.connect(url, pool_size=1)
+        unpinged = Store(create_engine(url, pool_size=1, pool_pre_ping=False), pinged.settings)
+        rows = [
+            ("run_inbox today (pool_pre_ping)", measure(pinged, today, n, "a")),
+            ("start_run + finish_and_claim (pool_pre_ping)", measure(pinged, combined, n, "b")),
+            ("start_run + finish_and_claim (no pre-ping)", measure(unpinged, combined, n, "c")),
+        ]
+        print(f"| store side of one wake, {n} wakes, 1 event each | wake ms p50 | to agent ms p50 | "
+              "statements | commits | pool checkouts |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, r in rows:
+            print(f"| {name} | {r['wake_ms_p50']:.2f} | {r['to_agent_ms_p50']:.2f} | {r.get('statements', 0):.1f} | "
+                  f"{r.get('commits', 0):.2f} | {r.get('checkouts', 0):.2f} |")
+        pinged.dispose()
+        unpinged.dispose()
+    finally:
+        env.drop_database(DB)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
