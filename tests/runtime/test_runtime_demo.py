@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from runtime_support import base_env
+from runtime_support import base_env, processes_with_home
 
 pytestmark = pytest.mark.processes
-
-
-def _processes_with_home(home: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if f"WAKEFUL_HOME={home}".encode() in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
 
 
 def test_wakeful_demo_plays_the_story_and_stops_everything(tmp_path: Path) -> None:
@@ -46,6 +31,6 @@ def test_wakeful_demo_plays_the_story_and_stops_everything(tmp_path: Path) -> No
     assert "status done, attempts 2" in text
     assert "-> expired" in text
     assert "'update 1 | update 2'" in text
-    assert _processes_with_home(home) == []  # everything it started has stopped
+    assert processes_with_home(home) == []  # everything it started has stopped
     assert not home.exists()  # and it cleaned up after itself (no --keep)
     assert not (tmp_path / "var").exists()  # it never touched the user's ./var
