@@ -41,7 +41,7 @@ class Run:
             raise LeaseLost(f"lease on inbox {self.inbox!r} (generation {self.generation}) lost")
 
 
-Agent = Callable[[Run], "Outcome | None"]
+Agent = Callable[[Run], Outcome | None]
 
 
 def load_agent(spec: str) -> Agent:
