@@ -36,8 +36,8 @@ class Sizes:
 
     @classmethod
     def full(cls) -> "Sizes":
-        return cls(reps=3, ingest_n=3000, insert_seconds=4.0, batch=100, drain_rounds=3,
-                   drain_inboxes_10=1000, procrastinate_jobs=3000, probes=300, load_seconds=5.0, cost_wakes=1000,
+        return cls(reps=3, ingest_n=3000, insert_seconds=4.0, batch=100, drain_rounds=2,
+                   drain_inboxes_10=1000, procrastinate_jobs=2000, probes=300, load_seconds=5.0, cost_wakes=1000,
                    scan_due=10_000, scan_small=10_000, scan_large=1_000_000)
 
 

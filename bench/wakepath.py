@@ -1,7 +1,8 @@
 """``python -m bench.wakepath``: what one wake costs on the store side, in this process,
 for the run loop tasks/ uses today and for the alternatives the store already offers.
 
-No broker, no worker: each variant runs N single-event wakes back to back against a fresh
+No worker (do not run it beside ``python -m bench``: it rings doorbells on the bench's
+Redis db and then deletes them): each variant runs N single-event wakes back to back against a fresh
 bench database, counting statements, commits and pool checkouts with SQLAlchemy events, and
 timing the whole wake and the part before the agent is called. It is the evidence behind
 the recommendations in docs/performance.md, not one of issue 5's figures.
@@ -82,6 +83,33 @@ def measure(store, loop, n: int, tag: str) -> dict[str, float]:
             **{k: v / n for k, v in counts.items()}}
 
 
+def ingest_parts(pinged, unpinged, n: int) -> list[tuple[str, float, float]]:
+    """(what, ms p50, statements) for the pieces of the wakeful.ingest task body."""
+    from tasks.doorbell import ring
+    from tasks import ingest as ingest_task
+
+    def timed(fn) -> tuple[float, float]:
+        for i in range(20):
+            fn(f"warm{i}")
+        counts.clear()
+        times = []
+        for i in range(n):
+            start = time.perf_counter()
+            fn(str(i))
+            times.append((time.perf_counter() - start) * 1000)
+        return statistics.median(times), counts["statements"] / n
+
+    ingest_task.get_store = lambda: pinged
+    out = [
+        ("Store.ingest (pool_pre_ping)", *timed(lambda k: pinged.ingest("ing", "p", k, {}))),
+        ("Store.ingest (no pre-ping)", *timed(lambda k: unpinged.ingest("ing", "u", k, {}))),
+        ("doorbell ring (send_task to Redis)", *timed(lambda k: ring("ing"))),
+        ("wakeful.ingest task body (store + ring)", *timed(lambda k: ingest_task.ingest.run("ing", "t", k, {}))),
+    ]
+    env.redis_client().delete("wakeful.runs")  # the doorbells rung above: nobody runs them
+    return out
+
+
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     home = Path(tempfile.mkdtemp(prefix="wakeful-wakepath-"))
@@ -107,6 +135,11 @@ def main() -> int:
         for name, r in rows:
             print(f"| {name} | {r['wake_ms_p50']:.2f} | {r['to_agent_ms_p50']:.2f} | {r.get('statements', 0):.1f} | "
                   f"{r.get('commits', 0):.2f} | {r.get('checkouts', 0):.2f} |")
+        print()
+        print(f"| the wakeful.ingest task body, {n} calls | ms p50 | statements |")
+        print("|---|---:|---:|")
+        for name, ms, statements in ingest_parts(pinged, unpinged, n):
+            print(f"| {name} | {ms:.2f} | {statements:.1f} |")
         pinged.dispose()
         unpinged.dispose()
     finally:
