@@ -20,7 +20,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from store import Event, Outcome, Store
+from store import Event, InvalidEvent, Outcome, Store
 
 from tasks.agents import Agent, LeaseLost, Run, load_agent
 from tasks.application import app
@@ -61,6 +61,7 @@ class Lease:
 def run_inbox(self, inbox: str) -> dict[str, Any]:
     """Run the agent on ``inbox`` until it has nothing claimable left (or the bound)."""
     store = get_store()
+    agent = get_agent()  # a broken WAKEFUL_AGENT fails here, before any event is claimed
     holder = holder_name(self.request.id)
     generation = store.acquire(inbox, holder)
     if generation is None:
@@ -69,14 +70,14 @@ def run_inbox(self, inbox: str) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"inbox": inbox, "generation": generation, "runs": runs}
     try:
-        summary["end"] = _loop(lease, runs)
+        summary["end"] = _loop(lease, agent, runs)
     finally:
         if any(r.get("messages") for r in runs):
             ring_dispatch(inbox)  # the first message after a quiet spell goes out now
     return summary
 
 
-def _loop(lease: Lease, runs: list[dict[str, Any]]) -> str:
+def _loop(lease: Lease, agent: Agent, runs: list[dict[str, Any]]) -> str:
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     empty_refusals = 0
     while True:
@@ -96,20 +97,20 @@ def _loop(lease: Lease, runs: list[dict[str, Any]]) -> str:
             time.sleep(0.01 * empty_refusals)
             continue
         empty_refusals = 0
-        result = _run_once(lease, events)
+        result = _run_once(lease, agent, events)
         runs.append(result)
         if result["outcome"] == "fenced":
             return "fenced"
 
 
-def _run_once(lease: Lease, events: list[Event]) -> dict[str, Any]:
+def _run_once(lease: Lease, agent: Agent, events: list[Event]) -> dict[str, Any]:
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     ids = [e.id for e in events]
     result: dict[str, Any] = {"events": ids}
     run = Run(inbox=inbox, events=events, generation=gen, memory=store.memory(inbox),
               _heartbeat=lease.renew)
     try:
-        outcome = get_agent()(run) or Outcome()
+        outcome = agent(run) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
         return result
@@ -120,7 +121,18 @@ def _run_once(lease: Lease, events: list[Event]) -> dict[str, Any]:
         finished = store.finish(inbox, holder, gen, ids, error=error)
         result.update(outcome="error" if finished else "fenced", error=error[:200])
         return result
-    if store.finish(inbox, holder, gen, ids, outcome=outcome):
+    try:
+        finished = store.finish(inbox, holder, gen, ids, outcome=outcome)
+    except (InvalidEvent, ValueError, TypeError) as exc:
+        # The agent returned something the store refuses (not an Outcome, a bad timer ...):
+        # nothing of it was written. Fail the run like an exception in the agent, so the
+        # events back off and reach dead at the cap instead of waiting out lease after lease.
+        error = f"invalid outcome: {exc}"
+        log.warning("inbox %r run on events %s: %s", inbox, ids, error)
+        finished = store.finish(inbox, holder, gen, ids, error=error)
+        result.update(outcome="error" if finished else "fenced", error=error[:200])
+        return result
+    if finished:
         result.update(outcome="done", messages=len(outcome.messages),
                       approvals=len(outcome.approvals), timers=len(outcome.timers))
     else:

@@ -289,3 +289,28 @@ def test_two_beats_never_fire_one_occurrence_twice(make_cluster) -> None:
     # Both beats really were ticking the scan.
     for beat in [p for p in c.procs.procs if "beat" in p.name]:
         assert "wakeful.scan_timers" in beat.text()
+
+
+RUNTIME_TESTS = str(Path(__file__).resolve().parent)
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_an_outcome_the_store_refuses_fails_the_run_and_reaches_dead(make_cluster) -> None:
+    c = make_cluster(env={"WAKEFUL_AGENT": "runtime_agents:invalid_outcome",
+                          "PYTHONPATH": RUNTIME_TESTS})
+    c.ingest("joe", "chat", "j-1", {"text": "hi"})
+    c.wait(lambda: c.settled("joe", 1), "the event to reach dead", timeout=45)
+    [event] = c.store.events("joe")
+    assert (event.status, event.attempts) == ("dead", 3)
+    assert "invalid outcome" in event.error and "must return an Outcome" in event.error
+    assert c.store.outbox("joe") == []
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_a_broken_agent_setting_claims_nothing(make_cluster) -> None:
+    c = make_cluster(env={"WAKEFUL_AGENT": "no_such_module:agent"})
+    c.ingest("kim", "chat", "k-1", {"text": "hi"})
+    runs = c.procs.procs[0]
+    c.wait(lambda: "No module named 'no_such_module'" in runs.text(), "the run task to fail")
+    [event] = c.store.events("kim")
+    assert (event.status, event.attempts) == ("pending", 0)  # no attempt burned

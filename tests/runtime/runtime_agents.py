@@ -1,0 +1,10 @@
+"""Agents the runtime tests plug in through WAKEFUL_AGENT (imported by the worker processes)."""
+
+from __future__ import annotations
+
+from tasks.agents import Run
+
+
+def invalid_outcome(run: Run) -> object:
+    """Returns something that is not an Outcome: the store must refuse it whole."""
+    return "not an outcome"
