@@ -2,17 +2,22 @@
 
 The task carries only the inbox name; everything else is reloaded from the store. The lease
 decides who runs: a ring that finds the inbox held returns at once (the holder will see the
-new events, because ``release`` refuses while claimable work remains and the holder loops).
+new events, because the release refuses while claimable work remains and the holder loops).
 Every write is fenced by (holder, generation), so a worker that stalled past its lease and
 woke up again changes nothing.
 
-One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; then it hands the inbox back and
-rings again, so one busy inbox cannot keep a worker forever.
+A single-batch wake costs two commits: ``start_run`` (acquire + claim) and
+``finish_and_claim`` (finish + the next claim, or the release when nothing is left; a claim
+also extends the lease, which is the renewal between steps). The agent renews in between
+with ``run.heartbeat()``.
+
+One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; its last run finishes without
+claiming more, and the task hands the inbox back (``release(force=True)``) and rings again,
+so one busy inbox cannot keep a worker forever.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from dataclasses import dataclass
@@ -20,7 +25,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from store import Event, InvalidEvent, Outcome, Store
+from store import Event, InvalidEvent, Outcome, RunStep, Store
 
 from tasks.agents import Agent, LeaseLost, Run, load_agent
 from tasks.application import app
@@ -59,103 +64,113 @@ class Lease:
 @app.task(name="wakeful.run_inbox", bind=True, soft_time_limit=settings.run_time_limit,
           time_limit=settings.hard_time_limit)
 def run_inbox(self, inbox: str) -> dict[str, Any]:
-    """Run the agent on ``inbox`` until it has nothing claimable left (or the bound)."""
+    """Run the agent on ``inbox`` until it has nothing claimable left (or the bound).
+
+    Returns a summary Flower shows: the inbox, the generation, each run's events and outcome,
+    and how the task ended (released, handed back, fenced).
+    """
     store = get_store()
     agent = get_agent()  # a broken WAKEFUL_AGENT fails here, before any event is claimed
     holder = holder_name(self.request.id)
-    generation = store.acquire(inbox, holder)
+    generation, events = store.start_run(inbox, holder)
     if generation is None:
         return {"inbox": inbox, "skipped": "another worker holds the lease"}
     lease = Lease(store, inbox, holder, generation)
     runs: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"inbox": inbox, "generation": generation, "runs": runs}
     try:
-        summary["end"] = _loop(lease, agent, runs)
+        summary["end"] = _loop(lease, agent, events, runs)
     finally:
         if any(r.get("messages") for r in runs):
             ring_dispatch(inbox)  # the first message after a quiet spell goes out now
     return summary
 
 
-def _loop(lease: Lease, agent: Agent, runs: list[dict[str, Any]]) -> str:
+def _loop(lease: Lease, agent: Agent, events: list[Event], runs: list[dict[str, Any]]) -> str:
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     empty_refusals = 0
     while True:
-        if runs and not lease.renew():
-            return "fenced"
-        if len(runs) >= settings.max_runs_per_task and _hand_back(lease):
-            return "handed back"
-        events = store.claim(inbox, holder, gen)
         if not events:
             if store.release(inbox, holder, gen):
                 return "released"
-            empty_refusals += 1
+            empty_refusals += 1  # an event arrived since the last claim: take it
             if empty_refusals >= _MAX_EMPTY_REFUSALS:
                 log.error("inbox %r: claim finds nothing but release refuses; leaving the "
                           "lease to lapse (the sweep rings again)", inbox)
                 return "stuck"
-            time.sleep(0.01 * empty_refusals)
+            time.sleep(0.01 * (empty_refusals - 1))
+            events = store.claim(inbox, holder, gen)
             continue
         empty_refusals = 0
-        result = _run_once(lease, agent, events)
+        last = len(runs) + 1 >= settings.max_runs_per_task
+        result, step = _run_once(lease, agent, events, claim_next=not last)
         runs.append(result)
         if result["outcome"] == "fenced":
             return "fenced"
+        if last:
+            return _hand_back(lease)
+        if step.released:
+            return "released"
+        events = step.events
 
 
-def _run_once(lease: Lease, agent: Agent, events: list[Event]) -> dict[str, Any]:
-    store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
+def _run_once(lease: Lease, agent: Agent, events: list[Event], claim_next: bool
+              ) -> tuple[dict[str, Any], RunStep]:
+    store, inbox = lease.store, lease.inbox
     ids = [e.id for e in events]
     result: dict[str, Any] = {"events": ids}
-    run = Run(inbox=inbox, events=events, generation=gen, memory=store.memory(inbox),
-              _heartbeat=lease.renew)
+    run = Run(inbox=inbox, events=events, generation=lease.generation,
+              memory=store.memory(inbox), _heartbeat=lease.renew)
     try:
         outcome = agent(run) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
-        return result
+        return result, RunStep(finished=False, events=[], released=False)
     except (Exception, SoftTimeLimitExceeded) as exc:
         error = f"{type(exc).__name__}: {exc}"
         log.warning("inbox %r run on events %s failed: %s", inbox, ids, error,
                     exc_info=not isinstance(exc, SoftTimeLimitExceeded))
-        finished = store.finish(inbox, holder, gen, ids, error=error)
-        result.update(outcome="error" if finished else "fenced", error=error[:200])
-        return result
+        return _complete(lease, ids, claim_next, result, error=error)
     try:
-        finished = store.finish(inbox, holder, gen, ids, outcome=outcome)
+        return _complete(lease, ids, claim_next, result, outcome=outcome)
     except (InvalidEvent, ValueError, TypeError) as exc:
         # The agent returned something the store refuses (not an Outcome, a bad timer ...):
         # nothing of it was written. Fail the run like an exception in the agent, so the
         # events back off and reach dead at the cap instead of waiting out lease after lease.
         error = f"invalid outcome: {exc}"
         log.warning("inbox %r run on events %s: %s", inbox, ids, error)
-        finished = store.finish(inbox, holder, gen, ids, error=error)
-        result.update(outcome="error" if finished else "fenced", error=error[:200])
-        return result
-    if finished:
+        return _complete(lease, ids, claim_next, result, error=error)
+
+
+def _complete(lease: Lease, ids: list[int], claim_next: bool, result: dict[str, Any], *,
+              outcome: Outcome | None = None, error: str | None = None
+              ) -> tuple[dict[str, Any], RunStep]:
+    """Finish the run (fenced) and, unless this is the task's last run, claim the next batch."""
+    store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
+    if claim_next:
+        step = store.finish_and_claim(inbox, holder, gen, ids, outcome=outcome, error=error)
+        fenced = not step.finished and not step.released and not step.events
+    else:
+        finished = store.finish(inbox, holder, gen, ids, outcome=outcome, error=error)
+        step = RunStep(finished=finished, events=[], released=False)
+        fenced = not finished and not lease.renew()
+    if fenced:
+        result["outcome"] = "fenced"
+    elif error is not None:
+        result.update(outcome="error", error=error[:200])
+    else:
+        assert outcome is not None
         result.update(outcome="done", messages=len(outcome.messages),
                       approvals=len(outcome.approvals), timers=len(outcome.timers))
-    else:
-        result["outcome"] = "fenced"
-    return result
+    return result, step
 
 
-def _hand_back(lease: Lease) -> bool:
-    """Give the inbox back with work left and ring again (the bound on runs per task).
-
-    Needs a store ``release`` that can be told to resign while work remains; without it
-    the task keeps the inbox (correct, only less fair).
-    """
-    if not _release_can_force(lease.store):
-        return False
-    if not lease.store.release(lease.inbox, lease.holder, lease.generation, force=True):
-        return False
-    ring(lease.inbox)
-    return True
-
-
-def _release_can_force(store: Store) -> bool:
-    try:
-        return "force" in inspect.signature(store.release).parameters
-    except (TypeError, ValueError):
-        return False
+def _hand_back(lease: Lease) -> str:
+    """The bound on runs per task: give the inbox back and ring it, if work is left."""
+    store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
+    if store.release(inbox, holder, gen):
+        return "released"  # nothing left anyway
+    if not store.release(inbox, holder, gen, force=True):
+        return "fenced"
+    ring(inbox)  # to the back of the queue: other inboxes get a worker first
+    return "handed back"
