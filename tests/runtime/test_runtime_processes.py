@@ -336,3 +336,24 @@ def test_a_busy_inbox_is_handed_back_after_the_bound_on_runs_per_task(make_clust
     assert runs[1].generation == runs[0].generation + 1
     assert runs[1].holder != runs[0].holder
     assert all(e.attempts == 1 for e in c.store.events("lea"))  # no attempt burned by the hand-back
+
+
+@pytest.mark.parametrize("backend", [pytest.param("redis_pg", marks=[pytest.mark.postgres,
+                                                                     pytest.mark.redis])])
+def test_dropped_database_connections_cost_nothing(make_cluster) -> None:
+    c = make_cluster()
+    c.ingest("max", "chat", "x-1", {"text": "before"})
+    c.wait(lambda: c.settled("max", 1), "the first event")
+    # Every connection the workers hold is cut, as by a PostgreSQL restart or a failover.
+    from sqlalchemy import text
+
+    database = c.store.engine.url.database
+    with c.store.engine.connect() as conn:
+        cut = conn.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = :db AND pid <> pg_backend_pid()"), {"db": database}).scalar()
+        conn.commit()
+    assert cut >= 1
+    c.ingest("max", "chat", "x-2", {"text": "after"})
+    c.wait(lambda: c.settled("max", 2), "the event after the cut")
+    assert [(e.status, e.attempts) for e in c.store.events("max")] == [("done", 1), ("done", 1)]
