@@ -10,10 +10,13 @@ the account says it should).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,6 +38,7 @@ DEMO_ENV = {
 
 
 MARKER = ".wakeful-demo"
+WEBHOOK_SECRET = "demo-webhook-secret"  # the demo's own web process only
 
 
 class Unexpected(AssertionError):
@@ -100,7 +104,7 @@ class Demo:
     def start(self) -> None:
         from tasks import app, embedded
         from tasks.celeryconfig import QUEUES
-        from tasks.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
+        from tasks.processes import CONTROL_QUEUES, RUN_QUEUES, Processes, free_port
         from tasks.runtime import get_store
 
         self.app = app
@@ -115,9 +119,16 @@ class Demo:
         self.worker_b = self.procs.worker("worker-b", RUN_QUEUES)
         self.control = self.procs.worker("control", CONTROL_QUEUES, concurrency=2)
         self.beat = self.procs.beat()
+        self.web_port = free_port()
+        self.web = self.procs.start("web", [sys.executable, "-m", "web"], extra_env={
+            "WAKEFUL_WEB_HOST": "127.0.0.1", "WAKEFUL_WEB_PORT": str(self.web_port),
+            "WAKEFUL_GITHUB_SECRETS": WEBHOOK_SECRET})
         self.procs.wait_ready(self.worker_a, self.worker_b, self.control, self.beat)
-        self.say(f"  started worker-a and worker-b (agent runs), control (ingest, answers, "
-                 f"timers, sweep, outbox) and beat in {time.monotonic() - started:.1f}s")
+        self.web_url = f"http://127.0.0.1:{self.web_port}"
+        self.wait(self._web_up, "the web edge to answer")
+        self.say(f"  started web (webhooks), worker-a and worker-b (agent runs), control "
+                 f"(ingest, answers, timers, sweep, outbox) and beat in "
+                 f"{time.monotonic() - started:.1f}s")
         self.say("  lease 2 s (renewed between steps), 3 attempts, outbox gap 4 s, "
                  "beat ticks every 0.5 s")
 
@@ -125,6 +136,16 @@ class Demo:
         procs = getattr(self, "procs", None)
         if procs is not None:
             procs.stop_all(grace=15)
+
+    def _web_up(self) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(self.web_url + "/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            if not self.web.alive():
+                raise Unexpected("the web process exited:\n" + self.web.text()[-2000:])
+            return False
 
     def scenes(self) -> list[Callable[[], None]]:
         return [self.webhook_twice, self.burst, self.poison, self.killed_worker, self.timer,
@@ -162,21 +183,39 @@ class Demo:
     # --- the story ------------------------------------------------------------------
     def webhook_twice(self) -> None:
         self.say("\n1. A webhook delivered twice")
+        body = json.dumps({"action": "opened", "number": 42,
+                           "pull_request": {"title": "Fix the flaky deploy"}}).encode()
+        signature = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+        headers = {"Content-Type": "application/json", "X-GitHub-Event": "pull_request",
+                   "X-GitHub-Delivery": "72f1c3e0", "X-Hub-Signature-256": signature}
         t0 = time.time()
-        payload = {"text": "PR #42 opened", "delivery": "72f1c3"}
-        first = self.ingest("alice", "github", "72f1c3", payload, want_result=True)
-        again = self.ingest("alice", "github", "72f1c3", payload, want_result=True)
-        self.say(f"   send_task('wakeful.ingest') -> {first}; the sender's retry -> {again}")
+        first = self._post("/hooks/github/alice", body, headers)
+        again = self._post("/hooks/github/alice", body, headers)
+        forged = self._post("/hooks/github/alice", body.replace(b"42", b"43"), headers)
+        self.say(f"   POST /hooks/github/alice (delivery 72f1c3e0) -> {first[0]}; "
+                 f"GitHub's redelivery -> {again[0]} duplicate={again[1].get('duplicate')}")
+        self.say(f"   a copy with a body the signature does not cover -> {forged[0]} "
+                 f"({forged[1].get('error')}), nothing stored")
         self.wait(lambda: self.all_settled("alice", 1) and self.store.runs("alice"), "alice's run")
         events, runs = self.events("alice"), self.store.runs("alice")
         latency = self.woke_after("alice", t0)
-        self.latencies.append(latency)
         self.say(f"   inbox alice: {len(events)} event, {len(runs)} run; the agent was called "
-                 f"{latency * 1000:.0f} ms after the first send")
-        self.say("   why: UNIQUE (inbox, source, source_id) refuses the second copy.")
-        self.check(first == {"stored": True} and again.get("duplicate") is True,
-                   f"webhook: expected stored then duplicate, got {first}, {again}")
+                 f"{latency * 1000:.0f} ms after the first POST")
+        self.say("   why: the delivery id is the event key and UNIQUE (inbox, source, source_id) "
+                 "refuses the second copy; the signature is checked before anything is stored.")
+        self.check(first[0] == 202 and again[0] == 200 and again[1].get("duplicate") is True,
+                   f"webhook: expected 202 then 200 duplicate, got {first}, {again}")
+        self.check(forged[0] == 401, f"webhook: expected 401 for a forged body, got {forged}")
         self.check(len(events) == 1 and len(runs) == 1, "webhook: expected one event and one run")
+
+    def _post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        import httpx
+
+        response = httpx.post(self.web_url + path, content=body, headers=headers, timeout=10)
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, {}
 
     def burst(self) -> None:
         self.say("\n2. A burst of chat messages while the agent is busy")

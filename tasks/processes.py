@@ -51,11 +51,11 @@ class Processes:
     cwd: Path | None = None
     procs: list[Proc] = field(default_factory=list)
 
-    def start(self, name: str, args: list[str]) -> Proc:
+    def start(self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> Proc:
         self.logdir.mkdir(parents=True, exist_ok=True)
         log = self.logdir / f"{name}.log"
         out = open(log, "ab")
-        popen = subprocess.Popen(args, env=dict(self.env), cwd=self.cwd, stdout=out,
+        popen = subprocess.Popen(args, env={**self.env, **(extra_env or {})}, cwd=self.cwd, stdout=out,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True)
         out.close()
@@ -122,6 +122,14 @@ class Processes:
             except subprocess.TimeoutExpired:
                 pass
             self.stop(proc, grace=0.1)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str,

@@ -15,6 +15,7 @@ the article's story:
 - ``urgent``: the reply bypasses the outbox gap.
 - ``silent``: no reply for this event.
 
+Webhooks stored by the web edge (``{"type", "body"}``) are summarised by their type.
 Timer ticks and approval answers/expiries come back as events of source ``timer`` and
 ``approval``. Memory keeps a run counter and the last run's facts (with the wall-clock time
 the agent was called, which the demo uses to report wake-up latency).
@@ -45,6 +46,8 @@ def agent(run: Run) -> Outcome:
             lines.append(_approval_line(payload))
         elif event.source == "timer":
             lines.append(_tick_line(payload))
+        elif isinstance(payload.get("body"), dict) and "type" in payload:
+            lines.append(_webhook_line(event, payload))
         elif not payload.get("silent"):
             lines.append(str(payload.get("text", f"{event.source}/{event.source_id}")))
         if payload.get("every"):
@@ -89,6 +92,13 @@ def _approval_line(payload: dict[str, Any]) -> str:
     if answer == "expired":
         return f"{payload.get('approval')}: nobody answered in time, not doing {payload.get('action')!r}"
     return f"{payload.get('approval')}: declined ({answer}), not doing it"
+
+
+def _webhook_line(event: Event, payload: dict[str, Any]) -> str:
+    # What the web edge stores: {"type": <the sender's event type>, "body": <its JSON>}.
+    body = payload["body"]
+    what = " ".join(str(body[k]) for k in ("action", "number") if k in body)
+    return f"{event.source} {payload.get('type') or 'event'} {what}".strip()
 
 
 def _tick_line(payload: dict[str, Any]) -> str:

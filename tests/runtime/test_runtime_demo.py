@@ -27,6 +27,8 @@ def test_wakeful_demo_plays_the_story_and_stops_everything(tmp_path: Path) -> No
                  "6. Approvals", "7. Three messages inside the outbox gap",
                  "Every step happened as described. Processes stopped."):
         assert line in text, text
+    assert "-> 202; GitHub's redelivery -> 200 duplicate=True" in text  # through the web edge
+    assert "-> 401 (bad_signature), nothing stored" in text
     assert "poison: dead, 3 attempts" in text
     assert "status done, attempts 2" in text
     assert "-> expired" in text
