@@ -161,13 +161,14 @@ def answer(inbox: str, request_id: str, reply: str = typer.Argument(..., help="y
 
 @cli.command()
 def status(inbox: Optional[str] = typer.Argument(None)) -> None:
-    """An inbox's lease, events, timers and outbox; without one, counters and dead events."""
+    """An inbox's lease, events, timers and outbox; without one, the vital signs, the
+    inboxes to look at first (dead events, oldest waiting work) and recent rejections."""
     store = _store()
     if inbox:
         typer.echo(json.dumps(asdict(store.status(inbox)), indent=2))
         return
-    typer.echo(json.dumps({"counters": store.counters(),
-                           "dead": [asdict(e) for e in store.dead()][:50],
+    typer.echo(json.dumps({"metrics": store.metrics(),
+                           "attention": [asdict(s) for s in store.attention(limit=20)],
                            "rejected": [asdict(r) for r in store.rejections(limit=20)]},
                           indent=2, default=str))
 
@@ -177,6 +178,16 @@ def dead(inbox: Optional[str] = typer.Argument(None)) -> None:
     """Events parked dead (too many attempts)."""
     for event in _store().dead(inbox):
         typer.echo(json.dumps(asdict(event), default=str))
+
+
+@cli.command()
+def incidents(since: int = typer.Option(86400, help="Seconds back.")) -> None:
+    """Events parked dead and approvals expired in the last SINCE seconds (the daily summary)."""
+    import time
+
+    found = _store().incidents(int(time.time()) - since)
+    typer.echo(json.dumps({k: [asdict(x) if hasattr(x, "__dataclass_fields__") else x
+                               for x in v] for k, v in found.items()}, indent=2, default=str))
 
 
 @cli.command()

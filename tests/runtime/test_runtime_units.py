@@ -183,4 +183,9 @@ def test_cli_ingest_answer_status_on_the_embedded_default(tmp_path: Path) -> Non
     assert unknown.returncode == 1 and unknown.stdout.strip() == "unknown"
     status = json.loads(wakeful("status", "alice").stdout)
     assert status["pending"] == 1 and status["inbox"] == "alice"
+    overall = json.loads(wakeful("status").stdout)
+    assert overall["metrics"]["events_pending"] == 1
+    assert [s["inbox"] for s in overall["attention"]] == ["alice"]
+    assert overall["rejected"] == []  # the CLI refuses bad input before the store sees it
+    assert json.loads(wakeful("incidents").stdout) is not None
     assert (tmp_path / "home" / "wakeful.sqlite3").exists()
