@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from celery import Celery
 from celery.signals import beat_init, celeryd_init, worker_process_init
 
 from tasks import embedded
 from tasks.celeryconfig import QUEUES, celery_config
 from tasks.settings import settings
+
+def refuse_open_flower(argv: list[str], env: dict[str, str] | os._Environ) -> None:
+    """``celery -A tasks flower`` without authentication stops here, before Flower starts:
+    Flower is open by default and its API can run, revoke and terminate tasks. (``wakeful
+    flower`` checks the credentials themselves and passes them on.)"""
+    if "flower" not in argv[1:] or not os.path.basename(argv[0]).startswith(("celery", "__main__")):
+        return
+    given = any(a.startswith(("--basic-auth", "--basic_auth", "--auth", "--auth-provider",
+                              "--auth_provider")) for a in argv)
+    if not (given or env.get("FLOWER_BASIC_AUTH") or env.get("FLOWER_AUTH")):
+        raise SystemExit("wakeful: refusing to start Flower without authentication; use "
+                         "`wakeful flower` with WAKEFUL_FLOWER_BASIC_AUTH=user:password")
+
+
+refuse_open_flower(sys.argv, os.environ)
 
 app = Celery("wakeful")
 app.config_from_object(celery_config(settings))

@@ -38,6 +38,11 @@ def test_flower_refuses_to_start_without_credentials(tmp_path: Path) -> None:
     open_api = _wakeful({**env, "WAKEFUL_FLOWER_BASIC_AUTH": "admin:long-enough-secret",
                          "FLOWER_UNAUTHENTICATED_API": "true"}, "flower")
     assert open_api.returncode != 0 and "FLOWER_UNAUTHENTICATED_API" in open_api.stderr
+    # Started the plain Celery way, it refuses too.
+    plain = subprocess.run([sys.executable, "-m", "celery", "-A", "tasks", "flower"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode != 0
+    assert "refusing to start Flower without authentication" in plain.stderr
 
 
 @pytest.mark.redis
