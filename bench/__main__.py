@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: about a minute")
     parser.add_argument("--json", type=Path, help="write the medians, ratios and samples here")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the drain figures, one more drain under py-spy (not counted)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and logs")
     args = parser.parse_args(argv)
 
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env.base_env(home, WAKEFUL_DATABASE_URL=env.sqlalchemy_url(main_db),
                                    WAKEFUL_AGENT="bench.agents:agent"))
     ctx = Context(sizes=Sizes.quick() if args.quick else Sizes.full(), home=home,
-                  results=Results(), progress=Progress(), main_db=main_db)
+                  results=Results(), progress=Progress(), main_db=main_db, profile=args.profile)
     sections = args.only or SECTIONS
     ctx.progress(f"wakeful bench ({'quick' if args.quick else 'full'}): {', '.join(sections)}; work dir {home}")
     workers = []

@@ -73,3 +73,4 @@ class Context:
     peer_app: Any = None
     wakeful_worker: Any = None
     peer_worker: Any = None
+    profile: bool = False

@@ -24,7 +24,8 @@ INBOXES = 1000
 _serial = itertools.count()
 
 
-def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, inboxes: int = INBOXES) -> float:
+def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, inboxes: int = INBOXES,
+                 profile: str = "") -> float:
     app, w = ctx.wakeful_app, ctx.wakeful_worker
     r = env.redis_client()
     from tasks.doorbell import ring
@@ -41,7 +42,24 @@ def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, i
             for i in range(inboxes):
                 ring(f"inbox-{i}")
 
+        profiler = None
+        if profile:
+            from bench.profile import Profiler
+
+            profiler = Profiler(ctx.home)
+            expected = len(items) / max(ctx.results.median(profile) or 50, 1)
+            fill_then_profile = fill
+
+            def fill() -> None:
+                fill_then_profile()
+                for pid in w.children():
+                    profiler.start("pool process", pid, expected * 0.8)
+                profiler.start("main process", w.popen.pid, expected * 0.8)
+
         rate = drain_rate(app, w, RUNS_QUEUE, len(items), fill, r, extra=lambda: live() == 0)
+        if profiler is not None:
+            ctx.results.notes[f"profile_{profile}"] = profiler.finish()
+            ctx.progress(f"profile of the worker during {profile}: {ctx.results.notes[f'profile_{profile}']}")
         seconds += len(items) / rate
         events += len(items)
     return events / seconds
@@ -127,11 +145,16 @@ def run(ctx: Context) -> None:
             ten = wakeful_rate(ctx, store, 10, 1, live, ctx.sizes.drain_inboxes_10)
             ctx.results.add("events_per_s_10", ten)
             rate, rss = procrastinate_rate(ctx, pdb, jobs)
+            if rep == ctx.sizes.reps - 1 and ctx.profile:
+                wakeful_rate(ctx, store, 1, 1, live, profile="events_per_s_1")
             ctx.results.add("procrastinate_per_s", rate)
             ctx.results.add("procrastinate_worker_rss_mb", rss)
             ctx.progress(f"drain {rep + 1}/{ctx.sizes.reps}: wakeful {one:,.0f} events/s at 1/wake, "
                          f"{ten:,.0f} at 10/wake; procrastinate {rate:,.0f} jobs/s ({jobs} jobs)")
     store.dispose()
+    # The drains leave ~10^5 dead row versions; let the next figures start from the steady
+    # state autovacuum would reach (untimed).
+    env.sql(ctx.main_db, "VACUUM ANALYZE events, inboxes, runs")
     from bench import procrastinate_peer as peer
     peer.app.close()
     env.drop_database(pdb)

@@ -68,7 +68,7 @@ class Agent:
 
 
 def measure(store, loop, n: int, tag: str) -> dict[str, float]:
-    store.ingest_many([(f"{tag}-{i}", "wakepath", "e", {}) for i in range(n + 20)])
+    store.ingest_many([(f"{tag}-{i}", "wakepath", f"e{time.time()}", {}) for i in range(n + 20)])
     agent = Agent()
     for i in range(n, n + 20):
         loop(store, f"{tag}-{i}", agent)  # warm-up
