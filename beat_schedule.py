@@ -4,7 +4,8 @@ Beat only ticks; it never decides anything. Timers, cron and time zones live in 
 (``wakeful.scan_timers`` asks it what is due), so a beat that was down for days, or two beats
 at once, cost nothing: a missed tick is made up by the next one and a doubled tick finds
 nothing left to do. Each tick expires after one interval, so a backlog of stale ticks is
-dropped instead of run.
+dropped instead of run. Beat keeps no state (the in-memory scheduler): after a restart each
+entry first runs one interval later.
 """
 
 from __future__ import annotations

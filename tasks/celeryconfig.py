@@ -73,7 +73,9 @@ def celery_config(s: Settings) -> dict[str, Any]:
         "timezone": "UTC",
         "enable_utc": True,
         "beat_schedule": beat_schedule(s),
-        "beat_schedule_filename": str((s.home / "celerybeat-schedule").resolve()),
+        # Beat keeps nothing: its ticks are idempotent and the store holds every timer, so
+        # the in-memory scheduler (no schedule file to create, lock or corrupt) is enough.
+        "beat_scheduler": "celery.beat:Scheduler",
     }
     if s.embedded_broker:
         config.update(_embedded(s))

@@ -69,11 +69,9 @@ class Processes:
             "-n", f"{name}@%h", "-Q", ",".join(queues), "-c", str(concurrency),
             "--without-mingle", "--without-gossip"])
 
-    def beat(self, name: str = "beat", schedule: Path | None = None) -> Proc:
-        args = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "-l", "INFO"]
-        if schedule is not None:  # a second beat needs a schedule file of its own
-            args += ["-s", str(schedule)]
-        return self.start(name, args)
+    def beat(self, name: str = "beat") -> Proc:
+        return self.start(name, [sys.executable, "-m", "celery", "-A", "tasks", "beat",
+                                 "-l", "INFO"])
 
     def wait_ready(self, *procs: Proc, timeout: float = 60.0) -> None:
         """Until each worker logged "ready." (beat: its first tick was sent)."""

@@ -277,7 +277,7 @@ def test_a_paused_worker_that_wakes_after_a_takeover_changes_nothing(make_cluste
 
 def test_two_beats_never_fire_one_occurrence_twice(make_cluster) -> None:
     c = make_cluster()
-    second = c.procs.beat("beat2", schedule=c.home / "beat2-schedule")
+    second = c.procs.beat("beat2")
     c.procs.wait_ready(second)
     c.ingest("ida", "chat", "i-1", {"text": "tick", "every": 1, "timer_id": "t", "silent": True})
 
