@@ -209,10 +209,12 @@ def _start(cluster: Cluster, run_workers: int, beat: bool) -> None:
 
     from tasks.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
 
-    # What `wakeful init` does before a Procfile starts: tables, and the embedded broker's
-    # tables and queues, so the processes below do not race to create them.
-    subprocess.run([sys.executable, "-m", "tasks.cli", "init"], env=cluster.env, check=True,
-                   capture_output=True, timeout=60)
+    # What `wakeful init` does before a Procfile starts: the embedded broker's tables and
+    # queues, so the processes below do not race to create them. (The store is migrated
+    # already; Redis needs nothing.)
+    if cluster.backend == "embedded":
+        subprocess.run([sys.executable, "-m", "tasks.cli", "init"], env=cluster.env,
+                       check=True, capture_output=True, timeout=60)
     procs = Processes(env=cluster.env, logdir=cluster.home / "logs")
     cluster.procs = procs
     started = [procs.worker(f"runs{i}", RUN_QUEUES) for i in range(run_workers)]
