@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tasks import faults
 from tasks.application import app
 from tasks.channels import Send, load_channel
 from tasks.runtime import get_store
@@ -24,7 +25,7 @@ _channel: Send | None = None
 def get_channel() -> Send:
     global _channel
     if _channel is None:
-        _channel = load_channel(settings.outbox_channel, settings)
+        _channel = faults.wrap_send(load_channel(settings.outbox_channel, settings))
     return _channel
 
 

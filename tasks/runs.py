@@ -29,6 +29,7 @@ from store import Event, InvalidEvent, Outcome, RunStep, Store
 
 from tasks.agents import Agent, LeaseLost, Run, load_agent
 from tasks.application import app
+from tasks import faults
 from tasks.doorbell import ring, ring_dispatch
 from tasks.runtime import get_store, holder_name
 from tasks.settings import settings
@@ -75,6 +76,7 @@ def run_inbox(self, inbox: str) -> dict[str, Any]:
     generation, events = store.start_run(inbox, holder)
     if generation is None:
         return {"inbox": inbox, "skipped": "another worker holds the lease"}
+    _claimed(inbox, generation, events)
     lease = Lease(store, inbox, holder, generation)
     runs: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"inbox": inbox, "generation": generation, "runs": runs}
@@ -100,6 +102,7 @@ def _loop(lease: Lease, agent: Agent, events: list[Event], runs: list[dict[str, 
                 return "stuck"
             time.sleep(0.01 * (empty_refusals - 1))
             events = store.claim(inbox, holder, gen)
+            _claimed(inbox, gen, events)
             continue
         empty_refusals = 0
         last = len(runs) + 1 >= settings.max_runs_per_task
@@ -147,13 +150,19 @@ def _complete(lease: Lease, ids: list[int], claim_next: bool, result: dict[str, 
               ) -> tuple[dict[str, Any], RunStep]:
     """Finish the run (fenced) and, unless this is the task's last run, claim the next batch."""
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
+    where = {"inbox": inbox, "generation": gen, "events": ids}
+    with faults.before_commit(store, "before_finish_commit", **where):
+        if claim_next:
+            step = store.finish_and_claim(inbox, holder, gen, ids, outcome=outcome, error=error)
+        else:
+            step = RunStep(store.finish(inbox, holder, gen, ids, outcome=outcome, error=error),
+                           events=[], released=False)
+    faults.point("after_finish_commit", finished=step.finished, **where)
+    _claimed(inbox, gen, step.events)
     if claim_next:
-        step = store.finish_and_claim(inbox, holder, gen, ids, outcome=outcome, error=error)
         fenced = not step.finished and not step.released and not step.events
     else:
-        finished = store.finish(inbox, holder, gen, ids, outcome=outcome, error=error)
-        step = RunStep(finished=finished, events=[], released=False)
-        fenced = not finished and not lease.renew()
+        fenced = not step.finished and not lease.renew()
     if fenced:
         result["outcome"] = "fenced"
     elif error is not None:
@@ -163,6 +172,11 @@ def _complete(lease: Lease, ids: list[int], claim_next: bool, result: dict[str, 
         result.update(outcome="done", messages=len(outcome.messages),
                       approvals=len(outcome.approvals), timers=len(outcome.timers))
     return result, step
+
+
+def _claimed(inbox: str, generation: int, events: list[Event]) -> None:
+    if events:
+        faults.point("after_claim", inbox=inbox, generation=generation, events=[e.id for e in events])
 
 
 def _hand_back(lease: Lease) -> str:
