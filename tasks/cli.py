@@ -161,8 +161,12 @@ def answer(inbox: str, request_id: str, reply: str = typer.Argument(..., help="y
 
 @cli.command()
 def status(inbox: Optional[str] = typer.Argument(None)) -> None:
-    """An inbox's lease, events, timers and outbox; without one, the vital signs, the
-    inboxes to look at first (dead events, oldest waiting work) and recent rejections."""
+    """An inbox's lease, events, timers and outbox; without one, vital signs and the inboxes
+    to look at first.
+
+    Without an inbox: pending, running and dead events, the oldest pending age, held
+    messages, overdue timers and counters; the inboxes with dead events or the oldest
+    waiting work; the latest rejected input."""
     store = _store()
     if inbox:
         typer.echo(json.dumps(asdict(store.status(inbox)), indent=2))
