@@ -161,8 +161,7 @@ def answer(inbox: str, request_id: str, reply: str = typer.Argument(..., help="y
 
 @cli.command()
 def status(inbox: Optional[str] = typer.Argument(None)) -> None:
-    """An inbox's lease, events, timers and outbox; without one, vital signs and the inboxes
-    to look at first.
+    """One inbox's lease, events and outbox; without one, vital signs and inboxes to watch.
 
     Without an inbox: pending, running and dead events, the oldest pending age, held
     messages, overdue timers and counters; the inboxes with dead events or the oldest
