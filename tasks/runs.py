@@ -21,9 +21,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store import Event, InvalidEvent, Outcome, RunStep, Store
 
@@ -35,6 +37,7 @@ from tasks.runtime import get_store, holder_name
 from tasks.settings import settings
 
 log = logging.getLogger("wakeful.runs")
+T = TypeVar("T")
 
 # Consecutive "claim found nothing but release refused" before giving up the loop: the two
 # disagree only for an instant (an event arriving between them). Past this the lease is left
@@ -153,10 +156,12 @@ def _complete(lease: Lease, ids: list[int], claim_next: bool, result: dict[str, 
     where = {"inbox": inbox, "generation": gen, "events": ids}
     with faults.before_commit(store, "before_finish_commit", **where):
         if claim_next:
-            step = store.finish_and_claim(inbox, holder, gen, ids, outcome=outcome, error=error)
+            step = _once_more_on_disconnect(lambda: store.finish_and_claim(
+                inbox, holder, gen, ids, outcome=outcome, error=error))
         else:
-            step = RunStep(store.finish(inbox, holder, gen, ids, outcome=outcome, error=error),
-                           events=[], released=False)
+            step = RunStep(_once_more_on_disconnect(lambda: store.finish(
+                inbox, holder, gen, ids, outcome=outcome, error=error)),
+                events=[], released=False)
     faults.point("after_finish_commit", finished=step.finished, **where)
     _claimed(inbox, gen, step.events)
     if claim_next:
@@ -172,6 +177,20 @@ def _complete(lease: Lease, ids: list[int], claim_next: bool, result: dict[str, 
         result.update(outcome="done", messages=len(outcome.messages),
                       approvals=len(outcome.approvals), timers=len(outcome.timers))
     return result, step
+
+
+def _once_more_on_disconnect(call: Callable[[], T]) -> T:
+    """A connection lost under a finish (a database restart, a failover) rolls it back; the
+    pool hands out a fresh connection, so try once more rather than lose the agent's work.
+    Safe: the finish re-checks the lease and each event's state, so one that did commit (an
+    ambiguous commit) is not applied twice."""
+    try:
+        return call()
+    except DBAPIError as exc:
+        if not exc.connection_invalidated and not isinstance(exc, OperationalError):
+            raise
+        log.warning("finish lost its database connection (%s); retrying once", exc.orig)
+        return call()
 
 
 def _claimed(inbox: str, generation: int, events: list[Event]) -> None:
