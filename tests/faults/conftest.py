@@ -1,0 +1,58 @@
+"""Fixtures for the fault scenarios: a fresh PostgreSQL database (the root conftest's
+``pg_url``) and a private redis-server per test, so a scenario may flush or restart it."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from harness import PrivateRedis, Stack
+
+
+def _root_conftest():  # type: ignore[no-untyped-def]
+    """tests/conftest.py, as pytest loaded it (every conftest here is named ``conftest``)."""
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent / "conftest.py")
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) == root:
+            return module
+    raise RuntimeError("tests/conftest.py is not loaded")
+
+
+def service_missing(what: str, why: object) -> None:
+    _root_conftest().service_missing(what, why)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    redis = PrivateRedis(tmp_path / "redis")
+    try:
+        redis.start()
+    except Exception as exc:  # noqa: BLE001 - no redis-server binary, or it did not come up
+        service_missing("Redis (redis-server)", exc)
+    yield redis
+    redis.stop()
+
+
+@pytest.fixture
+def make_stack(pg_url: str, private_redis: PrivateRedis, tmp_path: Path
+               ) -> Iterator[Callable[..., Stack]]:
+    made: list[Stack] = []
+
+    def make(**env: str) -> Stack:
+        stack = Stack(tmp_path / f"home{len(made)}", pg_url, private_redis.url, overrides=env)
+        made.append(stack)
+        return stack
+
+    yield make
+    for stack in made:
+        stack.close()
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    return random.Random(request.node.name)
