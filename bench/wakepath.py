@@ -1,5 +1,5 @@
 """``python -m bench.wakepath``: what one wake costs on the store side, in this process,
-for the run loop tasks/ uses today and for the alternatives the store already offers.
+for the run loop in tasks/ and for the store calls it can be built from.
 
 No worker (do not run it beside ``python -m bench``: it rings doorbells on the bench's
 Redis db and then deletes them): each variant runs N single-event wakes back to back against a fresh
@@ -35,7 +35,7 @@ def _install() -> None:
 
 
 def today(store, inbox: str, agent) -> float:
-    """tasks.runs.run_inbox as it is (acquire; claim; memory; agent; finish; renew; claim; release)."""
+    """tasks.runs.run_inbox as checked out, with this process's store and agent."""
     from tasks import runs
 
     runs.get_store = lambda: store  # this process's store, not the environment's
@@ -125,7 +125,7 @@ def main() -> int:
         pinged = Store.connect(url, pool_size=1)
         unpinged = Store(create_engine(url, pool_size=1, pool_pre_ping=False), pinged.settings)
         rows = [
-            ("run_inbox today (pool_pre_ping)", measure(pinged, today, n, "a")),
+            ("tasks.runs.run_inbox as checked out (pool_pre_ping)", measure(pinged, today, n, "a")),
             ("start_run + finish_and_claim (pool_pre_ping)", measure(pinged, combined, n, "b")),
             ("start_run + finish_and_claim (no pre-ping)", measure(unpinged, combined, n, "c")),
         ]
