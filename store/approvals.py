@@ -57,7 +57,7 @@ def answer(conn: Connection, s: StoreSettings, inbox: str, request_id: str, answ
                                         timers.LIVE).with_for_update()
         ).one_or_none()
         if expiry is not None:
-            timers.fire(conn, s, expiry, now)
+            timers.fire(conn, s, [expiry], now)
     else:
         inbox_rules.insert_event(conn, inbox, SOURCE, request_id,
                                  {"approval": request_id, "answer": answer, "action": row.action}, now)

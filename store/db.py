@@ -10,8 +10,8 @@ client that stalls inside a transaction, and ``pool_pre_ping`` lets pooled conne
 survive a database restart.
 
 Time is integer seconds. ``now=None`` means the database's clock: ``clock_timestamp()`` on
-PostgreSQL (the real time, not the transaction's start that ``now()`` returns), read after
-the inbox row is locked so a wait for the lock is never counted in a worker's favour.
+PostgreSQL (the real time, not the transaction's start that ``now()`` returns), read by the
+statement that locks the inbox row (see ``leases.lock``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,19 @@ from contextlib import contextmanager
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, Insert, Table, create_engine, event, literal, text
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Engine,
+    Insert,
+    Table,
+    create_engine,
+    event,
+    literal,
+    literal_column,
+    text,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -105,7 +117,7 @@ def clock_expr(conn: Connection, now: int | None) -> ColumnElement[int]:
     (saves a round trip where nothing else in the transaction needs the value)."""
     if now is not None:
         return literal(int(now))
-    return text(_now_sql(conn))  # type: ignore[return-value]
+    return literal_column(_now_sql(conn), BigInteger())
 
 
 def _now_sql(conn: Connection) -> str:

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, and_, func, select, update
 from . import leases, validate
 from .db import clock_expr, insert
 from .records import Event, Rejection
-from .tables import events, inboxes, rejected
+from .tables import events, inboxes, rejected, status_is
 
 EVENT_COLUMNS = (
     events.c.id,
@@ -76,7 +76,7 @@ def events_of(conn: Connection, inbox: str, status: str | None = None) -> list[E
 
 
 def dead(conn: Connection, inbox: str | None) -> list[Event]:
-    query = select(*EVENT_COLUMNS).where(events.c.status == "dead")
+    query = select(*EVENT_COLUMNS).where(status_is("dead"))
     if inbox is not None:
         query = query.where(events.c.inbox == inbox)
     return [to_event(r) for r in conn.execute(query.order_by(events.c.id))]
@@ -93,7 +93,7 @@ def requeue(conn: Connection, inbox: str | None, event_id: int | None) -> list[E
         if inbox is None:
             return []
     leases.lock(conn, inbox)  # serialize with claims of that inbox
-    query = update(events).where(events.c.inbox == inbox, events.c.status == "dead")
+    query = update(events).where(events.c.inbox == inbox, status_is("dead"))
     if event_id is not None:
         query = query.where(events.c.id == event_id)
     rows = conn.execute(query.values(**REVIVED).returning(*EVENT_COLUMNS)).all()
@@ -128,10 +128,10 @@ def sweep_candidates(conn: Connection, now: int, limit: int) -> list[str]:
     left running by a worker whose lease lapsed. These are the inboxes whose doorbell was
     lost, duplicated away or never rung."""
     live_lease = select(inboxes.c.inbox).where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= now)
-    ready = and_(events.c.status == "pending", events.c.not_before <= now)
+    ready = and_(status_is("pending"), events.c.not_before <= now)
     query = (
         select(events.c.inbox)
-        .where(ready | (events.c.status == "running"), ~live_lease.exists())
+        .where(ready | (status_is("running")), ~live_lease.exists())
         .group_by(events.c.inbox)
         .order_by(func.min(events.c.id))
         .limit(limit)

@@ -2,8 +2,9 @@
 
 Four short statements, River's shape plus a generation: take (or renew), renew only if still
 mine, resign, and the check every fenced write makes. The inbox row is locked
-(``SELECT ... FOR UPDATE``) first and the clock read after, so concurrent decisions about
-one inbox serialize on that row and expiry is judged on the database's clock alone.
+(``SELECT ... FOR UPDATE``) by the statement that also reads the database's clock, so
+concurrent decisions about one inbox serialize on that row and expiry is judged on the
+database's clock alone.
 """
 
 from __future__ import annotations
@@ -11,36 +12,41 @@ from __future__ import annotations
 from sqlalchemy import Connection, Row, and_, exists, or_, select, update
 
 from . import counters
-from .db import clock, insert
+from .db import clock_expr, insert
 from .settings import StoreSettings
-from .tables import events, inboxes
+from .tables import events, inboxes, status_is
 
 
-def lock(conn: Connection, inbox: str) -> Row | None:
-    """Lock this inbox's row for the rest of the transaction (a no-op lock on SQLite,
-    where BEGIN IMMEDIATE already serializes writers)."""
+def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
+    """Lock this inbox's row for the rest of the transaction (a no-op lock on SQLite, where
+    BEGIN IMMEDIATE already serializes writers). The row carries ``now``: the caller's, or
+    the database's clock read by this same statement. If a concurrent transaction changed the
+    row while this one waited for the lock, PostgreSQL re-reads the row, and the clock, before
+    returning it; a clock read before an uneventful wait errs on the side of the lease's
+    existing state, never towards a takeover."""
     return conn.execute(
-        select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent)
+        select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
+               clock_expr(conn, now).label("now"))
         .where(inboxes.c.inbox == inbox)
         .with_for_update()
     ).one_or_none()
 
 
-def lock_or_create(conn: Connection, inbox: str) -> Row:
-    row = lock(conn, inbox)
+def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
+    row = lock(conn, inbox, now)
     if row is None:
         conn.execute(
             insert(conn, inboxes).values(inbox=inbox).on_conflict_do_nothing(index_elements=["inbox"])
         )
-        row = lock(conn, inbox)
+        row = lock(conn, inbox, now)
     assert row is not None
     return row
 
 
 def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> tuple[int | None, int]:
     """Take or renew the lease: (the generation or None if someone else holds it, now)."""
-    row = lock_or_create(conn, inbox)
-    now = clock(conn, now)
+    row = lock_or_create(conn, inbox, now)
+    now = int(row.now)
     if row.holder == holder and row.lease_until >= now:
         generation = row.generation  # renewal by the live holder keeps its generation
     elif row.lease_until < now:
@@ -60,11 +66,10 @@ def extend(conn: Connection, s: StoreSettings, inbox: str, now: int, **values: o
 def holds(conn: Connection, inbox: str, holder: str, generation: int, now: int | None) -> int | None:
     """Lock the inbox and return the database's now if (holder, generation) holds a live
     lease, else None. Every fenced write starts here, in its own transaction."""
-    row = lock(conn, inbox)
-    now = clock(conn, now)
-    if row is None or row.holder != holder or row.generation != generation or row.lease_until < now:
+    row = lock(conn, inbox, now)
+    if row is None or row.holder != holder or row.generation != generation or row.lease_until < row.now:
         return None
-    return now
+    return int(row.now)
 
 
 def renew(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int, now: int | None) -> bool:
@@ -96,10 +101,10 @@ def resign(conn: Connection, inbox: str) -> None:
 def claimable(inbox: str, generation: int | None, now: int):  # type: ignore[no-untyped-def]
     """Events a claim by ``generation`` would take now (or turn dead): pending past their
     backoff, or left running by an older generation."""
-    pending = and_(events.c.status == "pending", events.c.not_before <= now)
+    pending = and_(status_is("pending"), events.c.not_before <= now)
     if generation is None:
         return and_(events.c.inbox == inbox, pending)
-    orphaned = and_(events.c.status == "running", events.c.claim_gen < generation)
+    orphaned = and_(status_is("running"), events.c.claim_gen < generation)
     return and_(events.c.inbox == inbox, or_(pending, orphaned))
 
 

@@ -18,7 +18,7 @@ from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
 from .records import Event, InboxStatus, Run
 from .settings import StoreSettings
-from .tables import approvals, events, inboxes, outbox, rejected, runs, timers
+from .tables import approvals, events, inboxes, outbox, rejected, runs, status_is, timers
 
 PURGE_BATCH = 5000  # rows per transaction: retention never holds a long lock
 
@@ -31,7 +31,7 @@ def status(conn: Connection, inbox: str, now: int) -> InboxStatus:
         ).all()
     )
     oldest = conn.execute(
-        select(func.min(events.c.created)).where(events.c.inbox == inbox, events.c.status == "pending")
+        select(func.min(events.c.created)).where(events.c.inbox == inbox, status_is("pending"))
     ).scalar()
     next_due = conn.execute(
         select(func.min(timers.c.due)).where(timers.c.inbox == inbox, ~timers.c.done)
@@ -61,9 +61,9 @@ def metrics(conn: Connection, now: int) -> dict[str, Any]:
     """The queue's vital signs across all inboxes, for /metrics and ``wakeful status``."""
     by_status = dict(conn.execute(
         select(events.c.status, func.count())
-        .where(events.c.status.in_(("pending", "running", "dead")))
+        .where(status_is("pending", "running", "dead"))
         .group_by(events.c.status)).all())
-    oldest = conn.execute(select(func.min(events.c.created)).where(events.c.status == "pending")).scalar()
+    oldest = conn.execute(select(func.min(events.c.created)).where(status_is("pending"))).scalar()
     held = conn.execute(select(func.count()).select_from(outbox).where(outbox.c.sent_at.is_(None))).scalar_one()
     overdue = conn.execute(
         select(func.count()).select_from(timers).where(~timers.c.done, timers.c.due <= now)).scalar_one()
@@ -85,10 +85,10 @@ def attention(conn: Connection, now: int, limit: int) -> list[InboxStatus]:
     waiting = (
         select(
             events.c.inbox,
-            func.sum(case((events.c.status == "dead", 1), else_=0)).label("dead"),
-            func.min(case((events.c.status == "pending", events.c.created))).label("oldest"),
+            func.sum(case((status_is("dead"), 1), else_=0)).label("dead"),
+            func.min(case((status_is("pending"), events.c.created))).label("oldest"),
         )
-        .where(events.c.status.in_(("pending", "running", "dead")))
+        .where(status_is("pending", "running", "dead"))
         .group_by(events.c.inbox)
         .subquery()
     )
@@ -103,7 +103,7 @@ def attention(conn: Connection, now: int, limit: int) -> list[InboxStatus]:
 def incidents(conn: Connection, since: int) -> dict[str, list[Any]]:
     """What went wrong since ``since``: events parked dead and approvals that expired."""
     dead = conn.execute(
-        select(*EVENT_COLUMNS).where(events.c.status == "dead", events.c.finished >= since).order_by(events.c.id)
+        select(*EVENT_COLUMNS).where(status_is("dead"), events.c.finished >= since).order_by(events.c.id)
     ).all()
     expired = [
         e for e in conn.execute(
@@ -130,7 +130,7 @@ def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) ->
         now = clock(conn, now)
     cutoff = now - older_than
     key_cutoff = now - max(older_than, s.dedupe_window)
-    finished = events.c.status.in_(("done", "dead"))
+    finished = status_is("done", "dead")
     counts = {
         "payloads": _in_batches(engine, events, events.c.id, finished & (events.c.finished < cutoff)
                                 & events.c.payload.is_not(None), {"payload": None}),

@@ -54,8 +54,8 @@ def dispatch(engine: Engine, s: StoreSettings, inbox: str, send: Callable[[Outgo
 
 
 def _claim(conn: Connection, s: StoreSettings, inbox: str, delivery: str, now: int | None) -> OutgoingMessage | None:
-    lease = leases.lock(conn, inbox)
-    now = clock(conn, now)
+    lease = leases.lock(conn, inbox, now)
+    now = int(lease.now) if lease is not None else clock(conn, now)
     held = conn.execute(
         select(outbox.c.id, outbox.c.body, outbox.c.urgent, outbox.c.dispatch_key, outbox.c.claimed_at)
         .where(outbox.c.inbox == inbox, HELD)

@@ -8,18 +8,17 @@ and a retried event is claimed alone so a poison event cannot drag healthy ones 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, delete, select, update
+from sqlalchemy import Connection, and_, case, delete, literal, or_, select, update
 
 from . import approvals, counters, leases, timers, validate
 from .inbox import EVENT_COLUMNS, to_event
 from .db import upsert
 from .records import Event, InvalidEvent, Message, Outcome, RunStep
 from .settings import StoreSettings
-from .tables import events, memory, outbox, runs
+from .tables import events, memory, outbox, runs, status_is
 
 def claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int, now: int | None) -> list[Event]:
     now = leases.holds(conn, inbox, holder, generation, now)
@@ -55,19 +54,21 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
 
 def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> list[Event]:
     """The claim rules, for a caller that already holds the inbox row and the lease."""
-    mine = events.c.inbox == inbox
+    # One statement for both housekeeping rules: rows an older generation left running go
+    # back to pending (their worker lost the lease), and pending rows at the cap go dead.
+    at_cap = events.c.attempts >= s.max_attempts
     conn.execute(
         update(events)
-        .where(mine, events.c.status == "running", events.c.claim_gen < generation)
-        .values(status="pending")
-    )
-    conn.execute(
-        update(events)
-        .where(mine, events.c.status == "pending", events.c.attempts >= s.max_attempts)
+        .where(
+            events.c.inbox == inbox,
+            or_(and_(status_is("running"), events.c.claim_gen < generation),
+                and_(status_is("pending"), at_cap)),
+        )
         .values(
-            status="dead",
-            finished=now,
+            status=case((at_cap, "dead"), else_="pending"),
+            finished=case((at_cap, now), else_=None),
             error=case(
+                (~at_cap, events.c.error),
                 (events.c.error.is_(None), f"too many attempts: claimed {s.max_attempts} times without a finish"),
                 else_=f"too many attempts ({s.max_attempts}); last error: " + events.c.error,
             ),
@@ -114,25 +115,19 @@ def record(conn: Connection, s: StoreSettings, inbox: str, holder: str, generati
     ids = sorted(set(event_ids))
     if error is not None:
         error = validate.excerpt(error, 4000) or "error"
-    mine = conn.execute(
-        select(events.c.id, events.c.attempts, events.c.claimed_at).where(
-            events.c.id.in_(ids),
-            events.c.inbox == inbox,
-            events.c.status == "running",
-            events.c.claim_gen == generation,
-        )
-    ).all()
-    if ids and not mine:
-        return False  # already finished (a retried finish after an ambiguous commit) or reclaimed
-    mine_ids = [r.id for r in mine]
+    rows = []
+    if ids:
+        ours = and_(events.c.id.in_(ids), events.c.inbox == inbox, status_is("running"),
+                    events.c.claim_gen == generation)
+        values = {"status": "done", "finished": now, "error": None} if error is None else _failed(s, error, now)
+        rows = conn.execute(update(events).where(ours).values(**values)
+                            .returning(events.c.id, events.c.claimed_at)).all()
+        if not rows:
+            return False  # already finished (a retried finish after an ambiguous commit) or reclaimed
     if error is None:
-        conn.execute(
-            update(events).where(events.c.id.in_(mine_ids)).values(status="done", finished=now, error=None)
-        )
         apply_outcome(conn, s, inbox, outcome or Outcome(), now)
-    else:
-        _fail(conn, s, mine, error, now)
-    started = min((r.claimed_at for r in mine if r.claimed_at is not None), default=now)
+    mine_ids = sorted(r.id for r in rows)
+    started = min((r.claimed_at for r in rows if r.claimed_at is not None), default=now)
     conn.execute(
         runs.insert().values(
             inbox=inbox,
@@ -153,16 +148,21 @@ def backoff(s: StoreSettings, attempts: int) -> int:
     return min(s.backoff_max, s.backoff_base * 2 ** max(0, attempts - 1))
 
 
-def _fail(conn: Connection, s: StoreSettings, rows: list[Any], error: str, now: int) -> None:
-    by_attempts: dict[int, list[int]] = defaultdict(list)
-    for r in rows:
-        by_attempts[r.attempts].append(r.id)
-    for attempts, ids in by_attempts.items():
-        if attempts >= s.max_attempts:
-            values: dict[str, Any] = {"status": "dead", "finished": now, "error": error}
-        else:
-            values = {"status": "pending", "not_before": now + backoff(s, attempts), "error": error}
-        conn.execute(update(events).where(events.c.id.in_(ids)).values(**values))
+def _failed(s: StoreSettings, error: str, now: int) -> dict[str, Any]:
+    """Column values for a failed run's events: dead at the cap, else pending after a backoff
+    that depends on each row's attempts (a CASE, so one UPDATE serves the whole batch)."""
+    at_cap = events.c.attempts >= s.max_attempts
+    steps, n = [], 1
+    while n < s.max_attempts and backoff(s, n) < s.backoff_max:
+        steps.append((events.c.attempts == n, backoff(s, n)))
+        n += 1
+    delay = case(*steps, else_=s.backoff_max) if steps else literal(s.backoff_max)
+    return {
+        "status": case((at_cap, "dead"), else_="pending"),
+        "finished": case((at_cap, now), else_=None),
+        "not_before": case((at_cap, events.c.not_before), else_=delay + now),
+        "error": error,
+    }
 
 
 def apply_outcome(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now: int) -> None:

@@ -155,8 +155,7 @@ class Store:
             with transaction(self.engine) as conn:
                 at = clock(conn, now)
                 due = timers.due_now(conn, at, batch)
-                for row in due:
-                    fired.extend(timers.fire(conn, self.settings, row, at))
+                fired.extend(timers.fire(conn, self.settings, due, at))
             if len(due) < batch:
                 return fired
 

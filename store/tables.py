@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    ColumnElement,
     BigInteger,
     Boolean,
     CheckConstraint,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    literal_column,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -108,6 +110,19 @@ events = Table(
         sqlite_where=text("finished IS NOT NULL"),
     ),
 )
+
+STATUSES = ("pending", "running", "done", "dead")
+
+
+def status_is(*statuses: str) -> ColumnElement[bool]:
+    """``events.status`` tested against SQL literals, never bound parameters: a prepared
+    statement's generic plan can then still prove the partial indexes usable (with a
+    parameter it cannot, and the claim would read every event the inbox ever had)."""
+    unknown = set(statuses) - set(STATUSES)
+    assert not unknown, unknown  # only this module's constants are ever inlined
+    literals = [literal_column(f"'{s}'") for s in statuses]
+    return events.c.status == literals[0] if len(literals) == 1 else events.c.status.in_(literals)
+
 
 timers = Table(
     "timers",

@@ -17,7 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
-from sqlalchemy import Connection, Row, and_, delete, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, select, update
 
 from . import inbox as inbox_rules
 from . import validate
@@ -108,24 +108,35 @@ def due_now(conn: Connection, now: int, limit: int) -> list[Row]:
     ).all()
 
 
-def fire(conn: Connection, s: StoreSettings, row: Row, now: int) -> list[Fired]:
-    """Store the event(s) for a due timer and advance it, in the caller's transaction."""
-    occurrences, next_due = _missed(row, now, s.misfire_each_cap)
-    fired = []
-    for at, skipped, capped in occurrences:
-        body = dict(row.payload, scheduled_for=at, late_by=now - at, skipped=skipped)
-        if capped:
-            body["capped_at"] = s.misfire_each_cap
-        source = row.key_source or "timer"
-        source_id = row.key_source_id or f"{row.timer_id}@{at}"
-        stored = inbox_rules.insert_event(conn, row.inbox, source, source_id, body, now)
-        fired.append(Fired(row.inbox, row.timer_id, source, source_id, stored))
-    mine = and_(timers.c.inbox == row.inbox, timers.c.timer_id == row.timer_id)
-    if next_due is None:
-        conn.execute(update(timers).where(mine).values(done=True))
-    else:
-        conn.execute(update(timers).where(mine).values(due=next_due))
-    return fired
+def fire(conn: Connection, s: StoreSettings, rows: list[Row], now: int) -> list[Fired]:
+    """Store the events of these due timers and advance each, in the caller's transaction.
+
+    Set-wise: one multi-row INSERT for every event of the batch and one executemany UPDATE
+    for the next due times, whatever the batch size (the cron and misfire maths stay here)."""
+    keys: list[tuple[str, str, str, str]] = []  # (inbox, timer_id, source, source_id)
+    items: list[tuple[str, str, str, dict[str, Any]]] = []
+    advanced: list[dict[str, Any]] = []
+    for row in rows:
+        occurrences, next_due = _missed(row, now, s.misfire_each_cap)
+        for at, skipped, capped in occurrences:
+            body = dict(row.payload, scheduled_for=at, late_by=now - at, skipped=skipped)
+            if capped:
+                body["capped_at"] = s.misfire_each_cap
+            source = row.key_source or "timer"
+            source_id = row.key_source_id or f"{row.timer_id}@{at}"
+            keys.append((row.inbox, row.timer_id, source, source_id))
+            items.append((row.inbox, source, source_id, body))
+        advanced.append({"b_inbox": row.inbox, "b_timer_id": row.timer_id,
+                         "b_due": row.due if next_due is None else next_due, "b_done": next_due is None})
+    stored = inbox_rules.insert_events(conn, items, now)
+    if advanced:
+        conn.execute(
+            update(timers)
+            .where(timers.c.inbox == bindparam("b_inbox"), timers.c.timer_id == bindparam("b_timer_id"))
+            .values(due=bindparam("b_due"), done=bindparam("b_done")),
+            advanced,
+        )
+    return [Fired(*key, stored=ok) for key, ok in zip(keys, stored)]
 
 
 def _missed(row: Row, now: int, cap: int) -> tuple[list[tuple[int, int, bool]], int | None]:
