@@ -8,7 +8,7 @@ import sys
 from celery import Celery
 from celery.signals import beat_init, celeryd_init, worker_process_init
 
-from tasks import embedded
+from tasks import embedded, redis_guard
 from tasks.celeryconfig import QUEUES, celery_config
 from tasks.settings import settings
 
@@ -32,6 +32,8 @@ app.config_from_object(celery_config(settings))
 
 if settings.embedded_broker:
     embedded.configure(settings.embedded_poll_interval)
+elif settings.broker.startswith(("redis://", "rediss://", "redis+socket://")):
+    redis_guard.install()
 
 
 @celeryd_init.connect

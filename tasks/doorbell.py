@@ -22,20 +22,25 @@ log = logging.getLogger("wakeful.doorbell")
 _RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 
-def ring(inbox: str) -> None:
-    """Ask a worker to run ``inbox``. Never raises; the sweep covers a lost ring."""
+def ring(inbox: str, expires: float | None = None) -> None:
+    """Ask a worker to run ``inbox``. Never raises; the sweep covers a lost ring.
+
+    ``expires`` (seconds): a ring still queued after that long is dropped unrun. The sweep
+    uses it, so its rings for inboxes stuck behind busy workers never pile up beyond one
+    sweep's worth: the next sweep rings again if the work is still there.
+    """
     try:
-        app.send_task("wakeful.run_inbox", args=[inbox], queue=RUNS_QUEUE,
+        app.send_task("wakeful.run_inbox", args=[inbox], queue=RUNS_QUEUE, expires=expires,
                       ignore_result=True, retry=True, retry_policy=_RETRY)
     except Exception as exc:
         log.warning("doorbell for inbox %r not sent (%s: %s); the sweep will ring it",
                     inbox, type(exc).__name__, exc)
 
 
-def ring_many(inboxes: Iterable[str]) -> int:
+def ring_many(inboxes: Iterable[str], expires: float | None = None) -> int:
     rung = 0
     for inbox in dict.fromkeys(inboxes):  # once each, in order
-        ring(inbox)
+        ring(inbox, expires=expires)
         rung += 1
     return rung
 

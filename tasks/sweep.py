@@ -13,9 +13,11 @@ from typing import Any
 from tasks.application import app
 from tasks.doorbell import ring_many
 from tasks.runtime import get_store
+from tasks.settings import settings
 
 
 @app.task(name="wakeful.sweep")
 def sweep() -> dict[str, Any]:
     inboxes = get_store().sweep_candidates()
-    return {"inboxes_rung": ring_many(inboxes)}
+    # Each ring expires when the next sweep is due: that sweep rings again if still needed.
+    return {"inboxes_rung": ring_many(inboxes, expires=max(settings.sweep_interval, 1.0))}

@@ -178,14 +178,17 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
         database_url = request.getfixturevalue("pg_url")
         redis_number = request.getfixturevalue("redis_db")
 
-    def make(run_workers: int = 1, env: dict[str, str] | None = None, beat: bool = True) -> Cluster:
+    def make(run_workers: int = 1, env: dict[str, str] | None = None, beat: bool = True,
+             broker_url: str | None = None) -> Cluster:
         home = tmp_path / "home"
         home.mkdir(exist_ok=True)
         if backend == "embedded":
+            assert broker_url is None, "the embedded backend has its own broker"
             broker_url = f"sqla+sqlite:///{home / 'broker.sqlite3'}"
             result_url = f"db+sqlite:///{home / 'results.sqlite3'}"
         else:
-            broker_url = result_url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_number}"
+            broker_url = broker_url or f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_number}"
+            result_url = broker_url
         full_env = _stack_env(home, database_url, broker_url, env or {})
         store = Store.connect(database_url)
         store.migrate()

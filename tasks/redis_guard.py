@@ -1,0 +1,70 @@
+"""Keep a worker alive when Redis restarts while it holds an unacked message.
+
+On a lost connection the consumer closes its channel, and kombu's Redis QoS then tries to
+put the unacked messages back (``restore_unacked``) through a connection that is already
+gone: ``AttributeError: 'NoneType' object has no attribute 'hostname'``, which Celery treats
+as an unrecoverable error and the worker exits (seen here with kombu 5.7 / Celery 5.7 on a
+Redis restart; the same failure as kombu#970 and #582). A worker must outlive its broker.
+
+The same happens one step later to a task that was running across the reconnect: its late
+ack goes to the old channel, whose connection is gone (``'NoneType' object has no attribute
+'client'``), and the worker exits again.
+
+Nothing needs restoring or acking for wakeful: a Celery message is only a doorbell, the Redis
+that held it is gone anyway, and the sweep rings every inbox that has work and no live lease
+(a doorbell delivered twice costs one refused ``acquire``). So this guard turns both crashes
+into warnings and lets Celery carry on with its new connection. It catches AttributeError
+only, from these three methods only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("wakeful.broker")
+
+_installed = False
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    from kombu.transport import redis as kombu_redis
+
+    from kombu.transport.virtual.base import QoS as VirtualQoS
+
+    QoS = kombu_redis.QoS
+    original_restore, original_ack, original_reject = QoS.restore_unacked, QoS.ack, QoS.reject
+
+    def restore_unacked(self, client=None):  # type: ignore[no-untyped-def]
+        try:
+            return original_restore(self, client)
+        except AttributeError as exc:  # the channel's connection is already torn down
+            log.warning("broker connection lost with %d unacked message(s); not restoring "
+                        "them (%s): the sweep rings their inboxes", len(self._delivered), exc)
+            self._delivered.clear()
+            return None
+
+    def ack(self, delivery_tag):  # type: ignore[no-untyped-def]
+        try:
+            return original_ack(self, delivery_tag)
+        except AttributeError as exc:  # acked on a channel closed by a reconnect
+            log.warning("late ack on a closed broker channel dropped (%s)", exc)
+            _forget(self, delivery_tag)
+
+    def reject(self, delivery_tag, requeue=False):  # type: ignore[no-untyped-def]
+        try:
+            return original_reject(self, delivery_tag, requeue=requeue)
+        except AttributeError as exc:
+            log.warning("reject on a closed broker channel dropped (%s)", exc)
+            _forget(self, delivery_tag)
+
+    def _forget(qos, delivery_tag):  # type: ignore[no-untyped-def]
+        try:
+            VirtualQoS.ack(qos, delivery_tag)  # local bookkeeping only
+        except Exception:  # noqa: BLE001 - the channel is gone; nothing left to tidy
+            pass
+
+    QoS.restore_unacked, QoS.ack, QoS.reject = restore_unacked, ack, reject
+    _installed = True
