@@ -48,8 +48,11 @@ def make_stack(pg_url: str, private_redis: PrivateRedis, tmp_path: Path
         made.append(stack)
         return stack
 
+    make.stacks = made  # type: ignore[attr-defined]
     yield make
     for stack in made:
+        if stack.crashes:
+            print("processes that died on their own and were restarted:", stack.crashes)
         stack.close()
 
 

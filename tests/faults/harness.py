@@ -81,6 +81,11 @@ class Stack:
         self.procs = Processes(env=env, logdir=self.home / "logs")
         self.store = Store.connect(self.database_url)
         self._client: Any = None
+        # What a production supervisor (compose's restart: unless-stopped) does: a process
+        # that died without being killed by the scenario is started again, and counted.
+        self._specs: dict[int, tuple[str, list[str], dict[str, str]]] = {}
+        self._killed: set[int] = set()
+        self.crashes: list[str] = []
 
     def setting(self, name: str) -> int:
         return int(float(self.env[f"WAKEFUL_{name.upper()}"]))
@@ -94,10 +99,23 @@ class Stack:
         if queues == RUN_QUEUES and "after_claim" not in faults:
             points.append("after_claim:log")
         env = {"WAKEFUL_FAULTS": ",".join(points), **(extra_env or {})}
-        return self.procs.start(name, (prefix or []) + [
+        return self._spawn(name, (prefix or []) + [
             sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO",
             "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-Q", ",".join(queues),
-            "-c", str(concurrency), "--without-mingle", "--without-gossip"], extra_env=env)
+            "-c", str(concurrency), "--without-mingle", "--without-gossip"], env)
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
+        proc = self.procs.start(name, args, extra_env=env)
+        self._specs[proc.pid] = (name, args, env)
+        return proc
+
+    def supervise(self) -> None:
+        """Start again any process that died on its own (not killed by the scenario)."""
+        for proc in list(self.procs.procs):
+            if proc.pid in self._specs and proc.pid not in self._killed and not proc.alive():
+                name, args, env = self._specs.pop(proc.pid)
+                self.crashes.append(f"{name} exited {proc.popen.returncode}: {_last_error(proc)}")
+                self._spawn(f"{name}-restarted", args, env)
 
     def control(self, name: str = "control", *, faults: str = "", concurrency: int = 2,
                 extra_env: dict[str, str] | None = None) -> Proc:
@@ -105,16 +123,19 @@ class Stack:
                            extra_env=extra_env)
 
     def beat(self, name: str = "beat") -> Proc:
-        return self.procs.start(name, [sys.executable, "-m", "celery", "-A", "tasks", "beat",
-                                       "-l", "INFO"])
+        return self._spawn(name, [sys.executable, "-m", "celery", "-A", "tasks", "beat",
+                                  "-l", "INFO"], {})
 
     def ready(self, *procs: Proc, timeout: float = 90.0) -> None:
         self.procs.wait_ready(*procs, timeout=timeout)
 
     def kill(self, proc: Proc, sig: int = signal.SIGKILL) -> None:
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            self._killed.add(proc.pid)
         self.procs.kill(proc, sig)
 
     def close(self) -> None:
+        self._killed.update(p.pid for p in self.procs.procs)
         for proc in self.procs.procs:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -176,8 +197,12 @@ class Stack:
         return len(read_jsonl(self.fault_log))
 
     def wait(self, condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+        def supervised() -> Any:
+            self.supervise()
+            return condition()
+
         try:
-            return wait_for(condition, timeout, what, interval=0.1)
+            return wait_for(supervised, timeout, what, interval=0.1)
         except TimeoutError:
             raise AssertionError(f"{what}: not within {timeout}s\n{self.logs()}") from None
 
@@ -220,12 +245,18 @@ class Stack:
                          for p in self.procs.procs)
 
 
+def _last_error(proc: Proc) -> str:
+    text = proc.text().splitlines()
+    lines = [line for line in text if "CRITICAL" in line] or [line for line in text if "Error" in line]
+    return lines[0][-300:] if lines else "no error logged"
+
+
 def faketime_prefix(offset: str) -> tuple[list[str], dict[str, str]]:
     """Run a process with its clock shifted (``offset`` like ``+10m``): libfaketime when it is
     installed, else a ``sitecustomize`` that shifts ``time.time`` in Python."""
     if LIBFAKETIME:
-        return [], {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset,
-                    "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
+        # (FAKETIME_DONT_FAKE_MONOTONIC=1 makes time.sleep fail with EINVAL in 0.9.10.)
+        return [], {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset, "FAKETIME_NO_CACHE": "1"}
     seconds = {"m": 60, "s": 1, "h": 3600}[offset[-1]] * int(offset[:-1])
     return [], {"WAKEFUL_TEST_TIME_SHIFT": str(seconds),
                 "PYTHONPATH": os.pathsep.join([str(HERE / "timeshift"), str(HERE),
