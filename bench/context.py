@@ -17,10 +17,12 @@ class Sizes:
     insert_seconds: float  # duration of one ingest_many / pgbench run
     batch: int             # rows per ingest_many call (and per pgbench batched statement)
     drain_rounds: int      # 1,000-inbox backlogs per events_per_s_1 run
+    drain_inboxes_1: int   # inboxes of the 1-event-per-wake backlog (1,000; fewer in --quick)
     drain_inboxes_10: int  # inboxes of the 10-events-per-wake backlog (1,000; fewer in --quick)
     procrastinate_jobs: int
     probes: int            # unloaded latency samples per run
-    load_seconds: float    # duration of one half-load latency run
+    load_seconds: float    # duration of one half-load latency run (at least load_samples)
+    load_samples: int
     cost_wakes: int
     scan_due: int
     scan_small: int
@@ -28,16 +30,18 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> "Sizes":
-        # Scaled down to fit about a minute; the scan keeps the 1:100 ratio of due to all
-        # timers at a fifth of the size. Use the full run for published figures.
+        # Scaled down to fit about a minute (once a wake is lean; longer today): fewer inboxes
+        # and jobs, the scan at a tenth of the size with the same 1:100 ratio of due timers to
+        # all. Use the full run for published figures.
         return cls(reps=3, ingest_n=600, insert_seconds=1.0, batch=100, drain_rounds=1,
-                   drain_inboxes_10=300, procrastinate_jobs=1000, probes=50, load_seconds=1.0,
-                   cost_wakes=200, scan_due=2_000, scan_small=2_000, scan_large=200_000)
+                   drain_inboxes_1=300, drain_inboxes_10=100, procrastinate_jobs=300, probes=50,
+                   load_seconds=1.0, load_samples=40, cost_wakes=100, scan_due=1_000,
+                   scan_small=1_000, scan_large=100_000)
 
     @classmethod
     def full(cls) -> "Sizes":
         return cls(reps=3, ingest_n=3000, insert_seconds=4.0, batch=100, drain_rounds=2,
-                   drain_inboxes_10=1000, procrastinate_jobs=2000, probes=300, load_seconds=5.0, cost_wakes=1000,
+                   drain_inboxes_1=1000, drain_inboxes_10=1000, load_samples=100, procrastinate_jobs=2000, probes=300, load_seconds=5.0, cost_wakes=1000,
                    scan_due=10_000, scan_small=10_000, scan_large=1_000_000)
 
 

@@ -56,7 +56,13 @@ def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, i
                     profiler.start("pool process", pid, expected * 0.8)
                 profiler.start("main process", w.popen.pid, expected * 0.8)
 
-        rate = drain_rate(app, w, RUNS_QUEUE, len(items), fill, r, extra=lambda: live() == 0)
+        try:
+            rate = drain_rate(app, w, RUNS_QUEUE, len(items), fill, r, extra=lambda: live() == 0)
+        except TimeoutError as exc:
+            left = env.sql(ctx.main_db, "SELECT status, attempts, not_before > 0, left(error, 200), count(*)"
+                           " FROM events WHERE status IN ('pending', 'running') GROUP BY 1, 2, 3, 4")
+            raise TimeoutError(f"{exc}; events left (status, attempts, in backoff, error, n): {left}; "
+                               f"see {w.log}") from None
         if profiler is not None:
             ctx.results.notes[f"profile_{profile}"] = profiler.finish()
             ctx.progress(f"profile of the worker during {profile}: {ctx.results.notes[f'profile_{profile}']}")
@@ -65,13 +71,13 @@ def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, i
     return events / seconds
 
 
-def procrastinate_rate(ctx: Context, db: str, jobs: int) -> tuple[float, float]:
+def procrastinate_rate(ctx: Context, db: str, jobs: int, keys: int = INBOXES) -> tuple[float, float]:
     """(jobs per second from the first job's start to the last one's success, peak RSS MB)."""
     from bench import procrastinate_peer as peer
 
     env.sql(db, "TRUNCATE procrastinate_jobs, procrastinate_events, procrastinate_workers RESTART IDENTITY CASCADE")
     for i in range(jobs):
-        peer.noop.configure(lock=f"key-{i % INBOXES}").defer(n=i)
+        peer.noop.configure(lock=f"key-{i % keys}").defer(n=i)
     # Statistics for the fetch query, as autovacuum would have them on a long-lived queue
     # (without them its per-lock NOT EXISTS check degrades to ~30 jobs/s here).
     env.sql(db, "ANALYZE procrastinate_jobs")
@@ -138,15 +144,15 @@ def run(ctx: Context) -> None:
         def live() -> int:
             return conn.execute("SELECT count(*) FROM events WHERE status IN ('pending', 'running')").fetchone()[0]
 
-        wakeful_rate(ctx, store, 1, 1, live, 200)  # warm-up
+        wakeful_rate(ctx, store, 1, 1, live, min(200, ctx.sizes.drain_inboxes_1))  # warm-up
         for rep in range(ctx.sizes.reps):
-            one = wakeful_rate(ctx, store, 1, ctx.sizes.drain_rounds, live)
+            one = wakeful_rate(ctx, store, 1, ctx.sizes.drain_rounds, live, ctx.sizes.drain_inboxes_1)
             ctx.results.add("events_per_s_1", one)
             ten = wakeful_rate(ctx, store, 10, 1, live, ctx.sizes.drain_inboxes_10)
             ctx.results.add("events_per_s_10", ten)
-            rate, rss = procrastinate_rate(ctx, pdb, jobs)
+            rate, rss = procrastinate_rate(ctx, pdb, jobs, ctx.sizes.drain_inboxes_1)
             if rep == ctx.sizes.reps - 1 and ctx.profile:
-                wakeful_rate(ctx, store, 1, 1, live, profile="events_per_s_1")
+                wakeful_rate(ctx, store, 1, 1, live, ctx.sizes.drain_inboxes_1, profile="events_per_s_1")
             ctx.results.add("procrastinate_per_s", rate)
             ctx.results.add("procrastinate_worker_rss_mb", rss)
             ctx.progress(f"drain {rep + 1}/{ctx.sizes.reps}: wakeful {one:,.0f} events/s at 1/wake, "

@@ -65,7 +65,7 @@ def loaded(ctx: Context, kind: str, rate: float, seconds: float) -> list[float]:
     """Every message of the paced load is a probe: the samples are the load itself."""
     r = env.redis_client()
     r.delete(LATENCY_KEY)
-    seconds = max(seconds, 100 / rate)  # at least ~100 samples per run
+    seconds = max(seconds, ctx.sizes.load_samples / rate)
     done = subprocess.run([sys.executable, "-m", "bench.loader", kind, str(rate), str(seconds)],
                           env=dict(os.environ), cwd=env.ROOT, capture_output=True, text=True, timeout=seconds + 60)
     if done.returncode:
