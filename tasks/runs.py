@@ -105,6 +105,8 @@ def _loop(lease: Lease, agent: Agent, events: list[Event], runs: list[dict[str, 
                 return "stuck"
             time.sleep(0.01 * (empty_refusals - 1))
             events = store.claim(inbox, holder, gen)
+            if not events and not lease.renew():
+                return "fenced"  # the release refused because the lease is no longer ours
             _claimed(inbox, gen, events)
             continue
         empty_refusals = 0
