@@ -67,7 +67,7 @@ class Lease:
 
 @app.task(name="wakeful.run_inbox", bind=True, soft_time_limit=settings.run_time_limit,
           time_limit=settings.hard_time_limit)
-def run_inbox(self, inbox: str) -> dict[str, Any]:
+def run_inbox(self, inbox: Any = None) -> dict[str, Any]:
     """Run the agent on ``inbox`` until it has nothing claimable left (or the bound).
 
     Returns a summary Flower shows: the inbox, the generation, each run's events and outcome,
@@ -76,7 +76,12 @@ def run_inbox(self, inbox: str) -> dict[str, Any]:
     store = get_store()
     agent = get_agent()  # a broken WAKEFUL_AGENT fails here, before any event is claimed
     holder = holder_name(self.request.id)
-    generation, events = store.start_run(inbox, holder)
+    try:
+        generation, events = store.start_run(inbox, holder)
+    except InvalidEvent as exc:  # a malformed doorbell (missing or wrong-typed inbox)
+        store.record_rejection("task:wakeful.run_inbox", str(exc), inbox=inbox)
+        log.warning("run_inbox rejected: %s (inbox=%r)", exc, repr(inbox)[:80])
+        return {"inbox": None, "rejected": str(exc)}
     if generation is None:
         return {"inbox": inbox, "skipped": "another worker holds the lease"}
     _claimed(inbox, generation, events)

@@ -487,9 +487,13 @@ def pickle_and_bad_calls(make_stack: MakeStack, rng: random.Random, scale: int =
     results = [s.client.send_task(name, kwargs=kw, ignore_result=False).get(timeout=60, interval=0.05)
                for name, kw in bad_calls]
     recorded = len(s.store.rejections(limit=1000)) - before
-    # A malformed doorbell must not take the run worker down either.
-    s.client.send_task("wakeful.run_inbox", args=[{"not": "an inbox"}], queue="wakeful.runs")
-    s.client.send_task("wakeful.run_inbox", args=[], queue="wakeful.runs")
+    # Malformed doorbells: refused and recorded, and the run worker goes on.
+    for args in ([{"not": "an inbox"}], [], [""]):
+        answer = s.client.send_task("wakeful.run_inbox", args=args, queue="wakeful.runs",
+                                    ignore_result=False).get(timeout=60, interval=0.05)
+        results.append(answer)
+    bad_calls += [("wakeful.run_inbox", {})] * 3
+    recorded = len(s.store.rejections(limit=1000)) - before
     ok = f"ok-{uuid.uuid4().hex[:6]}"
     s.feed([(ok, "chat", "m", {"say": "still fine"})])
     s.wait(lambda: s.settled([ok]), "a good event after the bad calls")
