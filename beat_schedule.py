@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery.schedules import crontab
+
 
 def beat_schedule(settings: Any) -> dict[str, dict[str, Any]]:
     return {
@@ -34,5 +36,10 @@ def beat_schedule(settings: Any) -> dict[str, dict[str, Any]]:
             "task": "wakeful.purge",
             "schedule": settings.purge_interval,
             "options": {"expires": settings.purge_interval},
+        },
+        "daily-summary": {
+            "task": "wakeful.daily_summary",
+            "schedule": crontab(minute=0, hour=settings.summary_hour),
+            "options": {"queue": "wakeful.control", "expires": 3600},
         },
     }

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -142,68 +141,11 @@ def ingest(
     typer.echo("stored" if stored else "duplicate (already stored)")
 
 
-@cli.command()
-def answer(inbox: str, request_id: str, reply: str = typer.Argument(..., help="yes or no")) -> None:
-    """Answer an approval; prints the outcome that stands (yes, no, expired or unknown)."""
-    from tasks.doorbell import ring
+# The operator's commands (status, dead, requeue, approvals, answer, timers, outbox, events,
+# runs, rejected, incidents) live in tasks/operator_cli.py.
+from tasks.operator_cli import register as _register_operator_commands  # noqa: E402
 
-    try:
-        outcome = _store().answer_approval(inbox, request_id, reply)
-    except ValueError as exc:
-        typer.echo(f"rejected: {exc}", err=True)
-        raise typer.Exit(2)
-    if outcome != "unknown":
-        ring(inbox)
-    typer.echo(outcome)
-    if outcome == "unknown":
-        raise typer.Exit(1)
-
-
-@cli.command()
-def status(inbox: Optional[str] = typer.Argument(None)) -> None:
-    """One inbox's lease, events and outbox; without one, vital signs and inboxes to watch.
-
-    Without an inbox: pending, running and dead events, the oldest pending age, held
-    messages, overdue timers and counters; the inboxes with dead events or the oldest
-    waiting work; the latest rejected input."""
-    store = _store()
-    if inbox:
-        typer.echo(json.dumps(asdict(store.status(inbox)), indent=2))
-        return
-    typer.echo(json.dumps({"metrics": store.metrics(),
-                           "attention": [asdict(s) for s in store.attention(limit=20)],
-                           "rejected": [asdict(r) for r in store.rejections(limit=20)]},
-                          indent=2, default=str))
-
-
-@cli.command()
-def dead(inbox: Optional[str] = typer.Argument(None)) -> None:
-    """Events parked dead (too many attempts)."""
-    for event in _store().dead(inbox):
-        typer.echo(json.dumps(asdict(event), default=str))
-
-
-@cli.command()
-def incidents(since: int = typer.Option(86400, help="Seconds back.")) -> None:
-    """Events parked dead and approvals expired in the last SINCE seconds (the daily summary)."""
-    import time
-
-    found = _store().incidents(int(time.time()) - since)
-    typer.echo(json.dumps({k: [asdict(x) if hasattr(x, "__dataclass_fields__") else x
-                               for x in v] for k, v in found.items()}, indent=2, default=str))
-
-
-@cli.command()
-def requeue(event_id: int) -> None:
-    """A dead event back to pending (attempts reset), and its doorbell."""
-    from tasks.doorbell import ring
-
-    event = _store().requeue(event_id)
-    if event is None:
-        typer.echo(f"no dead event {event_id}", err=True)
-        raise typer.Exit(1)
-    ring(event.inbox)
-    typer.echo(f"requeued event {event_id} in inbox {event.inbox!r}")
+_register_operator_commands(cli)
 
 
 @cli.command()

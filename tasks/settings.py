@@ -65,6 +65,13 @@ class Settings:
     purge_interval: float = 3600.0
     # Done events, sent messages and rejections older than this are purged (30 days).
     retention: int = 30 * 86400
+    # The daily summary of new dead events and expired approvals goes to this inbox's outbox
+    # (and on through the outbox channel); empty: to the log. A poison event must never just
+    # look like an agent that went quiet.
+    operator_inbox: str = ""
+    # Hour of the day (UTC) of that summary: a time of day, not an interval, so a beat restart
+    # never postpones it (beat keeps no schedule state). Morning, when someone reads it.
+    summary_hour: int = 7
 
     # --- runs ---
     # Agent runs one task may do before it hands the inbox back and re-rings, so one busy
@@ -133,6 +140,8 @@ class Settings:
                      "embedded_poll_interval", "webhook_timeout"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"WAKEFUL_{name.upper()} must be positive")
+        if not 0 <= self.summary_hour <= 23:
+            raise SettingsError("WAKEFUL_SUMMARY_HOUR must be an hour of the day, 0 to 23")
         if ":" not in self.agent:
             raise SettingsError("WAKEFUL_AGENT must be module:callable")
 
