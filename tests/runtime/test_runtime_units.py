@@ -57,7 +57,8 @@ def test_celery_config_is_a_doorbell_broker_config() -> None:
     assert c["task_routes"]["wakeful.ingest"]["queue"] == "celery"
     assert c["task_routes"]["wakeful.run_inbox"]["queue"] != "celery"
     assert {t["task"] for t in c["beat_schedule"].values()} == {
-        "wakeful.scan_timers", "wakeful.sweep", "wakeful.dispatch_outbox", "wakeful.purge"}
+        "wakeful.scan_timers", "wakeful.sweep", "wakeful.dispatch_outbox", "wakeful.purge",
+        "wakeful.daily_summary"}
 
 
 def test_embedded_config_has_no_fanout_features() -> None:
@@ -181,11 +182,11 @@ def test_cli_ingest_answer_status_on_the_embedded_default(tmp_path: Path) -> Non
     assert bad.returncode == 2 and "payload must be a JSON object" in bad.stderr
     unknown = wakeful("answer", "alice", "refund-1", "yes")
     assert unknown.returncode == 1 and unknown.stdout.strip() == "unknown"
-    status = json.loads(wakeful("status", "alice").stdout)
+    status = json.loads(wakeful("status", "alice", "--json").stdout)
     assert status["pending"] == 1 and status["inbox"] == "alice"
-    overall = json.loads(wakeful("status").stdout)
+    overall = json.loads(wakeful("status", "--json").stdout)
     assert overall["metrics"]["events_pending"] == 1
     assert [s["inbox"] for s in overall["attention"]] == ["alice"]
     assert overall["rejected"] == []  # the CLI refuses bad input before the store sees it
-    assert json.loads(wakeful("incidents").stdout) is not None
+    assert json.loads(wakeful("incidents", "--json").stdout) is not None
     assert (tmp_path / "home" / "wakeful.sqlite3").exists()
