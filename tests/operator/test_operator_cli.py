@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
-import pytest
 from typer.testing import Result
 
 from store import Store
@@ -205,19 +205,21 @@ def test_incidents(wakeful: Wakeful, content: Content) -> None:
 
 # -- unknown inboxes, empty stores ------------------------------------------------------
 
-@pytest.mark.parametrize("args", [
+UNKNOWN_INBOX = [
     ("status", "nobody"), ("dead", "--inbox", "nobody"), ("requeue", "--inbox", "nobody"),
     ("approvals", "--inbox", "nobody"), ("timers", "--inbox", "nobody"),
     ("outbox", "--inbox", "nobody"), ("events", "--inbox", "nobody"), ("runs", "--inbox", "nobody"),
-])
-def test_unknown_inbox_is_a_clear_error(wakeful: Wakeful, content: Content, args: tuple[str, ...],
-                                        rings: list[str]) -> None:
-    result = wakeful(*args)
-    assert result.exit_code == 1 and result.stdout == ""
-    assert "unknown inbox 'nobody'" in result.stderr
-    as_json = wakeful(*args, "--json")
-    assert as_json.exit_code == 1
-    assert "unknown inbox 'nobody'" in __import__("json").loads(as_json.stdout)["error"]
+]
+
+
+def test_unknown_inbox_is_a_clear_error(wakeful: Wakeful, content: Content, rings: list[str]) -> None:
+    for args in UNKNOWN_INBOX:
+        result = wakeful(*args)
+        assert result.exit_code == 1 and result.stdout == "", args
+        assert "unknown inbox 'nobody'" in result.stderr, args
+        as_json = wakeful(*args, "--json")
+        assert as_json.exit_code == 1, args
+        assert "unknown inbox 'nobody'" in json.loads(as_json.stdout)["error"], args
     assert rings == []
 
 
