@@ -365,3 +365,14 @@ def test_dropped_database_connections_cost_nothing(make_cluster) -> None:
         conn.commit()
     c.wait(lambda: c.settled("max", 3), "the event whose run outlived the cut")
     assert [(e.status, e.attempts) for e in c.store.events("max")] == [("done", 1)] * 3
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+def test_a_run_past_its_time_limit_fails_and_backs_off(make_cluster) -> None:
+    c = make_cluster(env={"WAKEFUL_RUN_TIME_LIMIT": "1", "WAKEFUL_MAX_ATTEMPTS": "2"})
+    c.ingest("pat", "chat", "p-1", {"text": "endless", "work": 30})
+    c.wait(lambda: c.settled("pat", 1), "the endless event to reach dead", timeout=60)
+    [event] = c.store.events("pat")
+    assert (event.status, event.attempts) == ("dead", 2)
+    assert "SoftTimeLimitExceeded" in event.error
+    assert [r.outcome for r in c.store.runs("pat")] == ["error"] * 2
