@@ -40,6 +40,10 @@ def flower_command(s: Settings, env: dict[str, str]) -> tuple[list[str], dict[st
               "workers. Use `wakeful status` (the store) instead.", file=sys.stderr)
     child_env = dict(env)
     child_env["FLOWER_BASIC_AUTH"] = ",".join(pairs)
+    # Flower 2.2 hides args and results by default: show them, so each run_inbox row reads
+    # as its inbox and its summary (from the task-succeeded event; results stay ignored).
+    child_env.setdefault("FLOWER_TASKS_COLUMNS",
+                         "name,args,result,state,received,runtime,worker,kwargs,uuid")
     command = [sys.executable, "-m", "celery", "-A", "tasks", "flower",
                f"--address={s.flower_address}", f"--port={s.flower_port}"]
     return command, child_env

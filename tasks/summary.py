@@ -114,7 +114,8 @@ def _log(text: str | None) -> None:
 def daily_summary(self: Any) -> dict[str, Any]:
     """Once a day: dead events and expired approvals since the last summary."""
     inbox = settings.operator_inbox or None
-    result = write_summary(get_store(), inbox, holder_name(self.request.id), ring_inbox=ring)
+    holder = f"{HOLDER}@{holder_name(self.request.id)}"  # an operator sees who wrote it
+    result = write_summary(get_store(), inbox, holder, ring_inbox=ring)
     if "skipped" in result:
         raise self.retry(countdown=60)  # an agent run on the operator inbox is short
     if result.get("written") and inbox:

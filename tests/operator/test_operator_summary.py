@@ -112,3 +112,17 @@ def test_summary_task_is_registered_and_scheduled_daily() -> None:
     assert entry["options"]["queue"] == "wakeful.control"
     with pytest.raises(SettingsError, match="WAKEFUL_SUMMARY_HOUR"):
         Settings.from_env({"WAKEFUL_SUMMARY_HOUR": "24"})
+
+
+def test_flower_shows_each_runs_inbox_and_summary() -> None:
+    """Flower 2.2 hides args and results by default; `wakeful flower` shows them."""
+    from tasks.flower import flower_command
+    from tasks.settings import Settings
+
+    s = Settings.from_env({"WAKEFUL_FLOWER_BASIC_AUTH": "operator:long-enough",
+                           "WAKEFUL_BROKER_URL": "redis://127.0.0.1:6379/0"})
+    _, env = flower_command(s, {})
+    columns = env["FLOWER_TASKS_COLUMNS"].split(",")
+    assert columns[:3] == ["name", "args", "result"]
+    _, chosen = flower_command(s, {"FLOWER_TASKS_COLUMNS": "name,state"})
+    assert chosen["FLOWER_TASKS_COLUMNS"] == "name,state"  # the operator's choice stands
