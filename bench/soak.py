@@ -52,7 +52,10 @@ def _drop(name: str) -> None:
     drop_pg_database(name)
 
 
-def run_one(name: str, rng: random.Random, scale: int, workdir: Path) -> tuple[scenarios.Result | None, str]:
+def run_one(name: str, rng: random.Random, scale: int, workdir: Path
+            ) -> tuple[scenarios.Result | None, str, list[str]]:
+    """One scenario on a fresh database and Redis: (result or None, error, crashes), where
+    crashes are processes that died on their own and were restarted (as a supervisor would)."""
     db = f"wakeful_soak_{uuid.uuid4().hex[:10]}"
     url = _database(db)
     redis = PrivateRedis(workdir / "redis")
@@ -71,11 +74,15 @@ def run_one(name: str, rng: random.Random, scale: int, workdir: Path) -> tuple[s
     if fn is scenarios.kill_at_points:
         points = list(scenarios.RUN_POINTS + scenarios.CONTROL_POINTS)
         kwargs["points"] = tuple(rng.sample(points, rng.randint(2, len(points))))
+    crashes: list[str] = []
     try:
-        return fn(make_stack, rng, scale, **kwargs), ""
+        result = fn(make_stack, rng, scale, **kwargs)
+        crashes = [c for stack in stacks for c in stack.crashes]
+        return result, "", crashes
     except Exception as exc:  # noqa: BLE001 - a scenario that failed to drain is a finding
         logs = stacks[-1].logs(1500) if stacks else ""
-        return None, f"{type(exc).__name__}: {str(exc)[:2000]}\n{traceback.format_exc()[-1500:]}\n{logs[-3000:]}"
+        crashes = [c for stack in stacks for c in stack.crashes]
+        return None, f"{type(exc).__name__}: {str(exc)[:2000]}\n{traceback.format_exc()[-1500:]}\n{logs[-3000:]}", crashes
     finally:
         for stack in stacks:
             stack.close()
@@ -104,12 +111,13 @@ def soak(minutes: float, seed: int, max_scale: int, show: bool) -> dict[str, Any
             scale = rng.randint(1, max_scale)
             t0 = time.monotonic()
             with tempfile.TemporaryDirectory(prefix="wakeful-soak-") as tmp:
-                result, error = run_one(name, random.Random(rng.random()), scale, Path(tmp))
+                result, error, crashes = run_one(name, random.Random(rng.random()), scale, Path(tmp))
             took = time.monotonic() - t0
             row = totals.setdefault(name, {"runs": 0, "failed": 0, "seconds": 0.0,
                                            "injected": defaultdict(int), "counts": defaultdict(int),
-                                           "measured": []})
+                                           "measured": [], "crashes": []})
             row["runs"] += 1
+            row["crashes"] += crashes
             row["seconds"] += took
             if result is None:
                 row["failed"] += 1
@@ -123,6 +131,8 @@ def soak(minutes: float, seed: int, max_scale: int, show: bool) -> dict[str, Any
                 row["measured"].append(result.measured)
                 bad = result.violations()
                 status = "ok" if not bad else f"VIOLATIONS {bad}"
+                if crashes:
+                    status += f" ({len(crashes)} process(es) died and were restarted)"
             if show:
                 elapsed = time.monotonic() - started
                 print(f"[{_mmss(elapsed)}/{_mmss(minutes * 60)}] #{n} {name} (scale {scale}): "
@@ -142,7 +152,8 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"wakeful soak: {report['minutes']} min, seed {report['seed']}, "
              f"{sum(s['runs'] for s in report['scenarios'].values())} scenario runs, "
              f"{report['wall_seconds']} s", ""]
-    head = ["scenario", "runs", "failed", "faults injected", *core, "other checks"]
+    head = ["scenario", "runs", "failed", "faults injected", *core, "other checks",
+            "processes died (restarted)"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for name in scenarios.SCENARIOS:
@@ -151,8 +162,12 @@ def render(report: dict[str, Any]) -> str:
             continue
         injected = ", ".join(f"{k} {v}" for k, v in s["injected"].items()) or "-"
         other = sum(v for k, v in s["counts"].items() if k not in core)
-        cells = [name, s["runs"], s["failed"], injected, *(s["counts"].get(c, 0) for c in core), other]
+        cells = [name, s["runs"], s["failed"], injected, *(s["counts"].get(c, 0) for c in core), other,
+                 len(s["crashes"])]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    for name, s in report["scenarios"].items():
+        for crash in sorted(set(c.split(": ", 1)[-1][:200] for c in s["crashes"])):
+            lines += ["", f"{name}: a process died on its own: {crash}"]
     for f in report["failures"]:
         lines += ["", f"FAILED {f['scenario']}:", f["error"]]
     return "\n".join(lines)

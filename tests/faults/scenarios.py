@@ -97,34 +97,49 @@ def kill_at_points(make_stack: MakeStack, rng: random.Random, scale: int = 1,
 
 # --- 2. SIGSTOP past the lease, takeover, SIGCONT -------------------------------------------
 def pause_past_lease(make_stack: MakeStack, rng: random.Random, scale: int = 1) -> Result:
+    """Twice: the paused worker wakes up to finish (refused), then to heartbeat (refused)."""
     s = make_stack(WAKEFUL_LEASE_TTL="2")
     control, beat = s.control(), s.beat()
     paused = s.worker("runs-paused", faults="after_claim:sleep=3")
     s.ready(control, beat, paused)
-    refused_before = s.store.counters().get("stale_finishes_refused", 0)
-    inbox = f"pause-{uuid.uuid4().hex[:6]}"
-    s.feed([(inbox, "chat", "m-1", {"say": "one reply"})])
-    blocked = s.wait(lambda: s.announced("after_claim", "sleep"), "the worker at after_claim")
-    s.kill(paused, signal.SIGSTOP)
-    taker = s.worker("runs-taker")
-    s.ready(taker)
-    s.wait(lambda: s.settled([inbox]), "the takeover finished the event")
-    s.kill(paused, signal.SIGCONT)
-    s.wait(lambda: s.store.counters().get("stale_finishes_refused", 0) > refused_before,
-           "the paused worker's late finish refused")
-    _drain(s, timeout=60)
-    runs = s.store.runs(inbox)
-    done = [r for r in runs if r.outcome == "done"]
-    measured = {"runs_done": len(done), "messages": len(s.store.outbox(inbox)),
-                "deliveries": sum(1 for line in _sent(s) if line["inbox"] == inbox),
-                "paused_generation": blocked["generation"],
-                "finishing_generation": done[0].generation if done else None,
-                "refused": s.store.counters().get("stale_finishes_refused", 0) - refused_before}
-    counts = s.counts()
-    # The scenario's own claims: exactly one completion, one message, by the taker.
-    counts["completions_not_one"] = abs(len(done) - 1)
-    counts["messages_not_one"] = abs(measured["messages"] - 1) + abs(measured["deliveries"] - 1)
-    return Result(counts, injected={"sigstop": 1}, measured=measured)
+    counts = dict.fromkeys(("completions_not_one", "messages_not_one", "late_run_not_fenced",
+                            "late_finish_not_refused", "heartbeat_not_refused"), 0)
+    measured: dict[str, Any] = {}
+    taker = None
+    for phase, payload in (("finish", {"say": "one reply"}),
+                           ("heartbeat", {"say": "one reply", "work": 1})):
+        if taker is not None:
+            s.kill(taker)  # the paused worker must be the one that takes the next event
+        refused_before = s.store.counters().get("stale_finishes_refused", 0)
+        mark = s.log_length()
+        inbox = f"pause-{phase}-{uuid.uuid4().hex[:6]}"
+        s.feed([(inbox, "chat", "m-1", payload)])
+        blocked = s.wait(lambda: s.announced("after_claim", "sleep", after=mark),
+                         "the worker at after_claim")
+        s.kill(paused, signal.SIGSTOP)
+        taker = s.worker(f"runs-taker-{phase[:3]}")  # a name with "beat" would be waited on as a beat
+        s.ready(taker)
+        s.wait(lambda: s.settled([inbox]), "the takeover finished the event")
+        s.kill(paused, signal.SIGCONT)
+        late = s.wait(lambda: [line for line in paused.text().splitlines()
+                               if f"'inbox': '{inbox}'" in line and "succeeded" in line],
+                      "the paused worker's late run ended")[0]
+        refused = s.store.counters().get("stale_finishes_refused", 0) - refused_before
+        _drain(s, timeout=60)
+        done = [r for r in s.store.runs(inbox) if r.outcome == "done"]
+        messages = len(s.store.outbox(inbox))
+        deliveries = sum(1 for line in _sent(s) if line["inbox"] == inbox)
+        counts["completions_not_one"] += abs(len(done) - 1)
+        counts["messages_not_one"] += abs(messages - 1) + abs(deliveries - 1)
+        counts["late_run_not_fenced"] += int("'end': 'fenced'" not in late)
+        if phase == "finish":
+            counts["late_finish_not_refused"] += int(refused < 1)
+        else:  # LeaseLost at the heartbeat: it never even tried to finish
+            counts["heartbeat_not_refused"] += int(refused != 0)
+        measured[phase] = {"paused_generation": blocked["generation"],
+                           "finishing_generation": done[0].generation if done else None}
+    counts.update(s.counts())
+    return Result(counts, injected={"sigstop": 2}, measured=measured)
 
 
 # --- 3. Two and three beats; beat down for days ---------------------------------------------
