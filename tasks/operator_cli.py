@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 
@@ -53,7 +53,7 @@ def ring(inbox: str) -> None:
     doorbell.ring(inbox)
 
 
-def fail(message: str, as_json: bool, code: int = 1) -> None:
+def fail(message: str, as_json: bool, code: int = 1) -> NoReturn:
     """A clear message on stderr (and as JSON on stdout for scripts), then the exit code."""
     if as_json:
         typer.echo(json.dumps({"error": message}))
