@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 ENV = "WAKEFUL_FAULTS"
@@ -116,8 +116,7 @@ def _announce(name: str, action: str, count: int, context: dict[str, Any]) -> No
         os.close(fd)
 
 
-@contextmanager
-def before_commit(store: Any, name: str, **context: Any) -> Iterator[None]:
+def before_commit(store: Any, name: str, **context: Any) -> AbstractContextManager[None]:
     """Reach ``name`` just before the COMMIT of the store call made inside this block.
 
     For points inside a store transaction: the hook is SQLAlchemy's ``commit`` event on the
@@ -125,8 +124,15 @@ def before_commit(store: Any, name: str, **context: Any) -> Iterator[None]:
     that follows a write (INSERT, UPDATE, DELETE) reaches the point: a scan that found
     nothing due commits no write and passes."""
     if name not in _points:
-        yield
-        return
+        return _INERT
+    return _armed(store, name, context)
+
+
+_INERT: AbstractContextManager[None] = nullcontext()
+
+
+@contextmanager
+def _armed(store: Any, name: str, context: dict[str, Any]) -> Iterator[None]:
     _hook(store.engine)
     token = _pending.set((name, context, {"wrote": False}))
     try:

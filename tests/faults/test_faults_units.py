@@ -1,0 +1,77 @@
+"""tasks/faults.py without processes: the spec, the log line, inertness, the checker's rules."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from tasks import faults
+
+from checker import _gap_broken, _outbox, _runs, _timers
+
+
+def test_spec_parses_points_actions_and_the_nth_reach(tmp_path) -> None:
+    assert faults.parse("after_claim:block:2, during_scan,after_send_before_mark:sleep=1.5") == {
+        "after_claim": ("block", 0.0, 2), "during_scan": ("log", 0.0, 0),
+        "after_send_before_mark": ("sleep", 1.5, 0)}
+    spec = tmp_path / "faults"
+    spec.write_text("# a comment\nbefore_finish_commit:exit\n")
+    assert faults.parse(f"@{spec}") == {"before_finish_commit": ("exit", 0.0, 0)}
+    assert faults.parse("") == {}
+    for bad in ("nowhere:block", "after_claim:explode"):
+        with pytest.raises(faults.FaultSpecError):
+            faults.parse(bad)
+
+
+def test_unset_points_do_nothing(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(faults, "_points", {})
+    monkeypatch.setenv(faults.LOG_ENV, str(tmp_path / "log"))
+    faults.point("after_claim", inbox="a")
+    send = lambda message: None  # noqa: E731
+    assert faults.wrap_send(send) is send
+    with faults.before_commit(SimpleNamespace(engine=None), "before_finish_commit"):
+        pass
+    assert not (tmp_path / "log").exists()
+
+
+def test_a_reached_point_is_logged_before_it_acts(monkeypatch, tmp_path) -> None:
+    log = tmp_path / "log"
+    monkeypatch.setattr(faults, "_points", {"after_claim": ("log", 0.0, 0),
+                                            "after_finish_commit": ("exit", 0.0, 2)})
+    monkeypatch.setattr(faults, "_reached", {})
+    monkeypatch.setenv(faults.LOG_ENV, str(log))
+    faults.point("after_claim", inbox="a", generation=3, events=[1, 2])
+    faults.point("after_finish_commit", inbox="a")  # the 1st reach of an ":2" point: only logged
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(x["point"], x["action"], x["n"]) for x in lines] == [
+        ("after_claim", "log", 1), ("after_finish_commit", "log", 1)]
+    assert lines[0]["events"] == [1, 2] and lines[0]["generation"] == 3
+
+
+def _run(id, gen, started, finished, events, outcome="done"):  # noqa: A002
+    return SimpleNamespace(id=id, inbox="a", generation=gen, started=started, finished=finished,
+                           outcome=outcome, event_ids=events)
+
+
+def test_checker_counts_overlaps_and_double_completions() -> None:
+    clean = [_run(1, 1, 10, 12, [1]), _run(2, 1, 12, 13, [2]), _run(3, 2, 20, 21, [3])]
+    assert _runs(clean) == {"events_done_twice": 0, "runs_overlapping": 0}
+    bad = clean + [_run(4, 3, 20, 22, [3]), _run(5, 2, 30, 31, [4])]
+    assert _runs(bad) == {"events_done_twice": 1, "runs_overlapping": 2}
+
+
+def test_checker_counts_timer_and_outbox_violations() -> None:
+    ev = [SimpleNamespace(source="timer", source_id="t@10", inbox="a", payload={"scheduled_for": 10}),
+          SimpleNamespace(source="timer", source_id="t@20", inbox="a", payload={"scheduled_for": 10})]
+    assert _timers(ev) == 1
+    sent = [{"key": "k1", "body": "x", "message_ids": [1]}, {"key": "k1", "body": "y", "message_ids": [1]},
+            {"key": "k2", "body": "z", "message_ids": [1]}]
+    counts = _outbox(sent, [], "at-most-once", None)
+    assert counts["outbox_key_changed"] == 1 and counts["outbox_resent_at_most_once"] == 1
+    assert counts["outbox_message_twice"] == 1
+    row = lambda i, key, claimed, sent_at, urgent=False: SimpleNamespace(  # noqa: E731
+        id=i, inbox="a", urgent=urgent, dispatch_key=key, claimed_at=claimed, sent_at=sent_at)
+    assert _gap_broken([row(1, "k1", 0, 1), row(2, "k2", 5, 5), row(3, "k3", 6, 6, urgent=True)], 4) == 0
+    assert _gap_broken([row(1, "k1", 0, 1), row(2, "k2", 3, 3)], 4) == 1
