@@ -44,7 +44,9 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
         counters.bump(conn, counters.STALE_FINISHES_REFUSED)
         return RunStep(finished=False, events=[], released=False)
     finished = record(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
-    batch = claim_batch(conn, s, inbox, generation, now)
+    # No housekeeping: it ran at this generation's first claim, and since then only this
+    # holder has written the inbox's events (a failed run's at-cap rows went dead in record).
+    batch = claim_batch(conn, s, inbox, generation, now, housekeeping=False)
     if batch:
         leases.extend(conn, s, inbox, now)  # a full lease for the next batch
         return RunStep(finished, batch, released=False)
@@ -52,8 +54,29 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
     return RunStep(finished, [], released=True)
 
 
-def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> list[Event]:
+def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int,
+                housekeeping: bool = True) -> list[Event]:
     """The claim rules, for a caller that already holds the inbox row and the lease."""
+    if housekeeping:
+        _tidy(conn, s, inbox, generation, now)
+    ready = leases.claimable(inbox, None, now)
+    retry = conn.execute(
+        select(events.c.id).where(ready, events.c.attempts > 0).order_by(events.c.id).limit(1)
+    ).scalar()
+    if retry is not None:
+        batch = select(events.c.id).where(events.c.id == retry)
+    else:
+        batch = select(events.c.id).where(ready).order_by(events.c.id).limit(s.batch_limit)
+    rows = conn.execute(
+        update(events)
+        .where(events.c.id.in_(batch.scalar_subquery()))
+        .values(status="running", attempts=events.c.attempts + 1, claim_gen=generation, claimed_at=now)
+        .returning(*EVENT_COLUMNS)
+    ).all()
+    return sorted((to_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
+
+
+def _tidy(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> None:
     # One statement for both housekeeping rules: rows an older generation left running go
     # back to pending (their worker lost the lease), and pending rows at the cap go dead.
     at_cap = events.c.attempts >= s.max_attempts
@@ -74,21 +97,6 @@ def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int,
             ),
         )
     )
-    ready = leases.claimable(inbox, None, now)
-    retry = conn.execute(
-        select(events.c.id).where(ready, events.c.attempts > 0).order_by(events.c.id).limit(1)
-    ).scalar()
-    if retry is not None:
-        batch = select(events.c.id).where(events.c.id == retry)
-    else:
-        batch = select(events.c.id).where(ready).order_by(events.c.id).limit(s.batch_limit)
-    rows = conn.execute(
-        update(events)
-        .where(events.c.id.in_(batch.scalar_subquery()))
-        .values(status="running", attempts=events.c.attempts + 1, claim_gen=generation, claimed_at=now)
-        .returning(*EVENT_COLUMNS)
-    ).all()
-    return sorted((to_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
 
 
 def finish(
