@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from store import StoreSettings
+
 
 class SettingsError(ValueError):
     """A setting that cannot work; the message names the variable (never a secret's value)."""
@@ -37,21 +39,16 @@ class Settings:
     # Outbox channel: "log", "jsonl:/path", an http(s):// URL (webhook), or module:callable.
     outbox_channel: str = "log"
 
-    # --- the store's rules (passed to Store.connect) ---
-    # Seconds a worker owns an inbox without renewing; the runtime renews between steps and on
-    # run.heartbeat(), so this only has to cover the longest stretch between two heartbeats.
-    lease_ttl: int = 120
-    # Claims before an event is parked dead: a transient failure passes, a poison event stops.
-    max_attempts: int = 3
-    # At most one outbox send per inbox per hour (the article's number): start quiet.
-    outbox_gap: int = 3600
-    # Events per claim: one run should fit in one agent context.
-    batch_limit: int = 100
-    # Backoff after a failed run: base * 2**(attempts-1) seconds, capped.
-    backoff_base: int = 10
-    backoff_max: int = 600
-    # A dispatcher that vanished mid-send: after this long its rows may be resent (same key).
-    dispatch_timeout: int = 300
+    # --- the store's rules (passed to Store.connect): the defaults and their reasons are
+    # the store's own, in store/settings.py; the runtime renews the lease between steps and
+    # on run.heartbeat(), so lease_ttl only has to cover the longest stretch between two.
+    lease_ttl: int = StoreSettings.lease_ttl
+    max_attempts: int = StoreSettings.max_attempts
+    outbox_gap: int = StoreSettings.outbox_gap
+    batch_limit: int = StoreSettings.batch_limit
+    backoff_base: int = StoreSettings.backoff_base
+    backoff_max: int = StoreSettings.backoff_max
+    dispatch_timeout: int = StoreSettings.dispatch_timeout
 
     # --- beat (seconds) ---
     # Timers fire at most this late; the scan is one indexed query for due rows.
