@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from databases import service_missing
 
 from store import Store
 
@@ -29,10 +30,7 @@ def redis_number() -> Iterator[int]:
     try:
         admin.ping()
     except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        message = f"Redis is not reachable ({exc})"
-        if os.environ.get("WAKEFUL_REQUIRE_SERVICES") == "1":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        service_missing("Redis", exc)
     token = uuid.uuid4().hex
     for _ in range(120):
         for number in range(1, 16):

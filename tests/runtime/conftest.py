@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from databases import REQUIRE_SERVICES, service_missing
 
 from store import Store
 
-REQUIRE_SERVICES = os.environ.get("WAKEFUL_REQUIRE_SERVICES") == "1"
 REDIS_HOST = os.environ.get("WAKEFUL_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("WAKEFUL_TEST_REDIS_PORT", "6379"))
 
@@ -43,13 +43,6 @@ FAST_ENV = {
     "WAKEFUL_DISPATCH_INTERVAL": "0.5",
     "WAKEFUL_AGENT": "tasks.agents.demo:agent",
 }
-
-
-def service_missing(what: str, why: object) -> None:
-    message = f"{what} is not reachable ({why})"
-    if REQUIRE_SERVICES:
-        pytest.fail(message + " and WAKEFUL_REQUIRE_SERVICES=1", pytrace=False)
-    pytest.skip(message)
 
 
 # --- Redis: one database number per test, reserved in db 0 so parallel runs never share ---

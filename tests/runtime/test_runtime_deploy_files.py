@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import service_missing
+from databases import service_missing
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -56,7 +56,7 @@ class PrivateRedis:
 @pytest.fixture
 def private_redis(tmp_path: Path):
     if shutil.which("redis-server") is None:
-        from conftest import service_missing
+        from databases import service_missing
 
         service_missing("redis-server (to run a private instance)", "not installed")
     server = PrivateRedis(tmp_path)

@@ -17,43 +17,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 import anyio.from_thread
+import pytest
+from databases import create_pg_database, drop_pg_database, service_missing
 
 from store import Store
 from web.app import create_app
 from web.settings import WebSettings
 from web_support import Client, web_settings
-
-REQUIRE_SERVICES = os.environ.get("WAKEFUL_REQUIRE_SERVICES") == "1"
-PG_ADMIN_URL = os.environ.get("WAKEFUL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-
-
-def _admin():  # type: ignore[no-untyped-def]
-    return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_size=1,
-                         connect_args={"connect_timeout": 3})
-
-
-def create_database(name: str) -> str:
-    admin = _admin()
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))  # name is ours: [a-z0-9_]
-    finally:
-        admin.dispose()
-    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-
-
-def drop_database(name: str) -> None:
-    admin = _admin()
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
-
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def web_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -67,19 +38,16 @@ def web_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         return
     name = f"wakeful_web_{uuid.uuid4().hex[:12]}"
     try:
-        url = create_database(name)
+        url = create_pg_database(name)
     except Exception as exc:  # noqa: BLE001 - any connection failure means "not reachable"
-        message = f"PostgreSQL is not reachable ({exc})"
-        if REQUIRE_SERVICES:
-            pytest.fail(message + " and WAKEFUL_REQUIRE_SERVICES=1", pytrace=False)
-        pytest.skip(message)
+        service_missing("PostgreSQL", exc)
     try:
         store = Store.connect(url)
         store.migrate()
         store.dispose()
         yield url
     finally:
-        drop_database(name)
+        drop_pg_database(name)
 
 
 @pytest.fixture(scope="module")
