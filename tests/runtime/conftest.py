@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from databases import REQUIRE_SERVICES, service_missing
+from databases import service_missing
 
 from store import Store
 
