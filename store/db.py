@@ -5,9 +5,11 @@ write lock up front, or the busy timeout is skipped on the read-to-write upgrade
 in WAL mode, and a busy timeout makes writers queue instead of failing.
 
 PostgreSQL: READ COMMITTED; per-inbox decisions serialize on the inbox row
-(``SELECT ... FOR UPDATE``). ``idle_in_transaction_session_timeout`` bounds the damage of a
-client that stalls inside a transaction, and ``pool_pre_ping`` lets pooled connections
-survive a database restart.
+(``SELECT ... FOR UPDATE``). Every store transaction is short and never waits on the network,
+so a long wait means a paused or stuck process holds the lock: ``lock_timeout`` bounds how
+long a statement waits for it (``lock_timed_out`` tells that error apart), and
+``idle_in_transaction_session_timeout`` ends the session of a client that stalls inside a
+transaction. ``pool_pre_ping`` lets pooled connections survive a database restart.
 
 Time is integer seconds. ``now=None`` means the database's clock: ``clock_timestamp()`` on
 PostgreSQL (the real time, not the transaction's start that ``now()`` returns), read by the
@@ -38,6 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -45,7 +48,10 @@ _PG_NOW = "floor(extract(epoch FROM clock_timestamp()))::bigint"
 _SQLITE_NOW = "CAST(strftime('%s', 'now') AS INTEGER)"
 
 
-def create(url: str, *, pool_size: int = 2) -> Engine:
+IDLE_IN_TRANSACTION_MS = 15_000  # no store transaction idles for even a second on purpose
+
+
+def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5) -> Engine:
     """An engine for ``sqlite:///path`` or ``postgresql+psycopg://...``.
 
     Create it in the process that uses it (after a prefork fork, never before): a
@@ -64,7 +70,8 @@ def create(url: str, *, pool_size: int = 2) -> Engine:
             pool_pre_ping=True,
             pool_recycle=1800,
             connect_args={
-                "options": "-c idle_in_transaction_session_timeout=60000",
+                "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
+                           f" -c lock_timeout={lock_timeout * 1000}",
                 "application_name": "wakeful",
             },
         )
@@ -92,6 +99,11 @@ def _sqlite_engine(url: str, path: str | None) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+def lock_timed_out(exc: BaseException) -> bool:
+    """A PostgreSQL statement gave up waiting for a row lock (SQLSTATE 55P03)."""
+    return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) == "55P03"
 
 
 def is_postgres(engine_or_conn: Engine | Connection) -> bool:

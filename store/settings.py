@@ -33,6 +33,10 @@ class StoreSettings:
     # A dispatcher that claimed outbox rows and vanished: after this long another may
     # resend them (with the same key). Longer than any channel's send with its retries.
     dispatch_timeout: int = 300
+    # Seconds a PostgreSQL statement waits for a row lock. Store transactions last
+    # milliseconds; a longer wait means a paused process holds the inbox, and a worker should
+    # move on (acquire says "held"; the sweep rings again) instead of stalling behind it.
+    lock_timeout: int = 5
     # Timers fired per scheduler transaction: short transactions, bounded lock sets.
     scheduler_batch: int = 500
 

@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import OperationalError
 
 from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
 from . import counters as counter_rules
-from .db import clock, create, transaction
+from .db import clock, create, lock_timed_out, transaction
 from .records import (
     Approval,
     Event,
@@ -44,7 +45,8 @@ class Store:
         unknown = set(settings) - StoreSettings.names()
         if unknown:
             raise TypeError(f"unknown store settings: {', '.join(sorted(unknown))}")
-        return cls(create(url, pool_size=pool_size), StoreSettings(**settings))
+        store_settings = StoreSettings(**settings)
+        return cls(create(url, pool_size=pool_size, lock_timeout=store_settings.lock_timeout), store_settings)
 
     def migrate(self) -> None:
         """Alembic upgrade to head (also ``wakeful db upgrade``)."""
@@ -93,8 +95,13 @@ class Store:
     def acquire(self, inbox: str, holder: str, *, now: int | None = None) -> int | None:
         validate.inbox(inbox)
         validate.name("holder", holder, 255)
-        with transaction(self.engine) as conn:
-            return leases.acquire(conn, self.settings, inbox, holder, now)[0]
+        try:
+            with transaction(self.engine) as conn:
+                return leases.acquire(conn, self.settings, inbox, holder, now)[0]
+        except OperationalError as exc:
+            if lock_timed_out(exc):
+                return None  # a stuck transaction holds the inbox: as good as held
+            raise
 
     def renew(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
         with transaction(self.engine) as conn:
@@ -121,8 +128,13 @@ class Store:
         """``acquire`` then ``claim`` in one transaction: (generation or None, first batch)."""
         validate.inbox(inbox)
         validate.name("holder", holder, 255)
-        with transaction(self.engine) as conn:
-            return runs.start(conn, self.settings, inbox, holder, now)
+        try:
+            with transaction(self.engine) as conn:
+                return runs.start(conn, self.settings, inbox, holder, now)
+        except OperationalError as exc:
+            if lock_timed_out(exc):
+                return None, []  # a stuck transaction holds the inbox: as good as held
+            raise
 
     def finish_and_claim(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
                          outcome: Outcome | None = None, error: str | None = None, *,

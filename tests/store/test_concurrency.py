@@ -180,3 +180,20 @@ def test_two_dispatchers_never_send_a_message_twice_and_hold_the_gap(pg_store) -
     times = [at for at, _ in sends]
     assert all(b - a >= gap for a, b in zip(times, times[1:]))
     assert len(sent_ids) == len([m for m in store.outbox("a") if m.sent_at is not None])
+
+
+def test_a_stuck_transaction_on_an_inbox_makes_acquire_say_held_not_wait(pg_store) -> None:  # type: ignore[no-untyped-def]
+    """A process paused inside a store transaction keeps the inbox row locked: another
+    worker's acquire gives up after lock_timeout and answers "held" (the sweep rings again)
+    instead of stalling until PostgreSQL ends the paused session."""
+    from sqlalchemy import text
+
+    store = pg_store(lock_timeout=1)
+    store.ingest("stuck", "chat", "m-1", {})
+    assert store.acquire("stuck", "A") == 1
+    with store.engine.connect() as paused:
+        paused.execute(text("SELECT 1 FROM inboxes WHERE inbox = 'stuck' FOR UPDATE"))
+        assert store.acquire("stuck", "B") is None
+        assert store.start_run("stuck", "B") == (None, [])
+        assert store.acquire("other", "B") == 1  # other inboxes never wait on this one
+    assert store.renew("stuck", "A", 1) is True  # the lock is gone with the transaction
