@@ -71,6 +71,8 @@ def run_one(name: str, rng: random.Random, scale: int, workdir: Path
     fn = scenarios.SCENARIOS[name]
     if fn is scenarios.redis_flush_restart:
         kwargs["redis"] = redis
+    if fn is scenarios.hot_inbox:  # the size at scale 2: 10,000 events, 100 others
+        kwargs.update(hot_events=5000, light_inboxes=100)
     if fn is scenarios.kill_at_points:
         points = list(scenarios.RUN_POINTS + scenarios.CONTROL_POINTS)
         kwargs["points"] = tuple(rng.sample(points, rng.randint(2, len(points))))
@@ -93,14 +95,15 @@ def run_one(name: str, rng: random.Random, scale: int, workdir: Path
             pass
 
 
-def soak(minutes: float, seed: int, max_scale: int, show: bool) -> dict[str, Any]:
+def soak(minutes: float, seed: int, max_scale: int, show: bool,
+         names: list[str] | None = None) -> dict[str, Any]:
     rng = random.Random(seed)
     deadline = time.monotonic() + minutes * 60
     started = time.monotonic()
     totals: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, str]] = []
     n = 0
-    names = list(scenarios.SCENARIOS)
+    names = names or list(scenarios.SCENARIOS)
     while time.monotonic() < deadline:
         order = names[:]
         rng.shuffle(order)
@@ -179,9 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--max-scale", type=int, default=2, help="loads up to this many times CI's")
+    parser.add_argument("--only", action="append", default=None, metavar="N",
+                        help="only the scenarios whose name starts with N (e.g. --only 6)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
-    report = soak(args.minutes, seed, args.max_scale, show=True)
+    names = [n for n in scenarios.SCENARIOS
+             if not args.only or any(n.split()[0] == o for o in args.only)]
+    report = soak(args.minutes, seed, args.max_scale, show=True, names=names)
     print(json.dumps(report, indent=2, default=str) if args.json else render(report))
     clean = not report["failures"] and all(v == 0 for s in report["scenarios"].values()
                                            for v in s["counts"].values())

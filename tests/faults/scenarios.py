@@ -392,10 +392,13 @@ def approvals_at_deadline(make_stack: MakeStack, rng: random.Random, scale: int 
             answers.append((inbox, rid, said, result.get("outcome")))
 
     threads = []
-    for inbox, rid in requests:
+    for i, (inbox, rid) in enumerate(requests):
         d = deadlines[(inbox, rid)]
-        for delta, said in ((-1, "yes"), (0, "no"), (1, "yes")):
-            at = d + delta + rng.uniform(-0.3, 0.3)
+        # Some approvals get all three answers, some only the one at or after the deadline:
+        # then the answer races the scan's expiry.
+        choices = [(-1, "yes"), (0, "no"), (1, "yes")]
+        for delta, said in rng.sample(choices, rng.randint(1, 3)) if i % 3 else choices:
+            at = d + delta + rng.uniform(-0.5, 0.5)
             threads.append(threading.Thread(target=answer, args=(inbox, rid, at, said)))
     for t in threads:
         t.start()
