@@ -26,6 +26,7 @@ EVENT_COLUMNS = (
     events.c.error,
     events.c.created,
     events.c.claim_gen,
+    events.c.finished,
 )
 
 
@@ -66,6 +67,11 @@ def insert_events(conn: Connection, items: list[tuple[str, str, str, dict[str, A
         result.append((i, s, sid) in new)
         new.discard((i, s, sid))  # a second copy in the same batch is a duplicate
     return result
+
+
+def event(conn: Connection, event_id: int) -> Event | None:
+    row = conn.execute(select(*EVENT_COLUMNS).where(events.c.id == event_id)).one_or_none()
+    return to_event(row) if row is not None else None
 
 
 def events_of(conn: Connection, inbox: str, status: str | None = None) -> list[Event]:

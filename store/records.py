@@ -34,6 +34,7 @@ class Event:
     error: str | None = None
     created: int | None = None
     claim_gen: int | None = None
+    finished: int | None = None  # when it went done or dead
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,11 @@ class Store:
 
     # -- views and operator actions ------------------------------------------------------
 
+    def event(self, event_id: int) -> Event | None:
+        """One event by id, whatever its status; None if there is none."""
+        with transaction(self.engine) as conn:
+            return inbox_rules.event(conn, event_id)
+
     def events(self, inbox: str, *, status: str | None = None) -> list[Event]:
         with transaction(self.engine) as conn:
             return inbox_rules.events_of(conn, inbox, status)

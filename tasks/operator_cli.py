@@ -211,7 +211,9 @@ def requeue(event_id: Optional[int] = typer.Argument(None, help="A dead event's 
         if event_id is not None:
             event = store.requeue(event_id)
             if event is None:
-                fail(f"no dead event with id {event_id}", as_json)
+                found = store.event(event_id)
+                fail(f"event {event_id} is {found.status}, not dead: nothing requeued" if found
+                     else f"no event with id {event_id}", as_json)
             requeued = [event]
         else:
             require_inbox(store, inbox, as_json)

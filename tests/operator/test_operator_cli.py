@@ -84,9 +84,9 @@ def test_requeue_one_event_resets_attempts_and_rings(wakeful: Wakeful, content: 
     assert (event.status, event.attempts, event.error) == ("pending", 0, None)
 
     again = wakeful("requeue", str(content.poison_id))  # no longer dead
-    assert again.exit_code == 1 and f"no dead event with id {content.poison_id}" in again.stderr
+    assert again.exit_code == 1 and f"event {content.poison_id} is pending, not dead" in again.stderr
     missing = wakeful("requeue", "999999", "--json")
-    assert missing.exit_code == 1 and missing.stdout.strip() == '{"error": "no dead event with id 999999"}'
+    assert missing.exit_code == 1 and missing.stdout.strip() == '{"error": "no event with id 999999"}'
     assert rings == ["alice"]
 
 

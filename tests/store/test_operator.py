@@ -133,3 +133,10 @@ def test_metrics_attention_and_incidents(store: Store) -> None:
     assert [e.source_id for e in found["dead"]] == ["poison"]
     assert [e.source_id for e in found["expired_approvals"]] == ["r1"]
     assert store.incidents(since=now + 100) == {"dead": [], "expired_approvals": []}
+
+
+def test_event_by_id_says_when_it_finished(store: Store) -> None:
+    now = kill_poison(store, "a", T)
+    [dead] = store.dead("a")
+    assert store.event(dead.id) == dead and dead.finished is not None and T < dead.finished <= now
+    assert store.event(999_999) is None
