@@ -26,7 +26,8 @@ from store import Store
 from tasks.processes import CONTROL_QUEUES, RUN_QUEUES, Proc, Processes, wait_for
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE)) if str(HERE) not in sys.path else None
+if str(HERE) not in sys.path:  # for bench.soak, which imports this without pytest
+    sys.path.insert(0, str(HERE))
 from checker import Inputs, check, read_jsonl  # noqa: E402
 
 # Short real intervals. The lease is longer than the runtime tests' 2 s: a loaded 2-core
