@@ -35,7 +35,7 @@ from harness import PrivateRedis, Stack  # noqa: E402
 
 
 def _database(name: str) -> str:
-    from conftest import create_pg_database  # tests/conftest.py: no pytest fixture involved
+    from databases import create_pg_database  # tests/databases.py
 
     url = create_pg_database(name)
     from store import Store
@@ -47,7 +47,7 @@ def _database(name: str) -> str:
 
 
 def _drop(name: str) -> None:
-    from conftest import drop_pg_database
+    from databases import drop_pg_database
 
     drop_pg_database(name)
 

@@ -9,28 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from databases import service_missing  # tests/databases.py: skip, or fail when required
 from harness import PrivateRedis, Stack
-
-
-def _root_conftest():  # type: ignore[no-untyped-def]
-    """tests/conftest.py as a module (every conftest here is named ``conftest``, so it
-    cannot be imported by name); loading it again defines nothing pytest sees."""
-    import importlib.util
-    import sys
-
-    name = "wakeful_tests_root_conftest"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "conftest.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        sys.modules[name] = module
-    return sys.modules[name]
-
-
-def service_missing(what: str, why: object) -> None:
-    _root_conftest().service_missing(what, why)
 
 
 @pytest.fixture
