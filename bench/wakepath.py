@@ -117,7 +117,6 @@ def main() -> int:
     os.environ.update(env.base_env(home, WAKEFUL_DATABASE_URL=url, WAKEFUL_AGENT="bench.agents:agent"))
     env.create_database(DB)
     from store import Store
-    from store.db import create
 
     try:
         Store.connect(url).migrate()

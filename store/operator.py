@@ -13,10 +13,9 @@ from sqlalchemy import Connection, Engine, case, delete, func, select, update
 
 from . import approvals as approval_rules
 from . import counters as counter_rules
-from . import leases
 from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
-from .records import Event, InboxStatus, Run
+from .records import InboxStatus, Run
 from .settings import StoreSettings
 from .tables import approvals, events, inboxes, outbox, rejected, runs, status_is, timers
 

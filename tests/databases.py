@@ -7,6 +7,10 @@ Imported by the conftest files and by tests that start their own processes: a pl
 from __future__ import annotations
 
 import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -52,3 +56,36 @@ def drop_pg_database(name: str) -> None:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         admin.dispose()
+
+
+REDIS_HOST = os.environ.get("WAKEFUL_TEST_REDIS_HOST", "127.0.0.1")
+REDIS_PORT = int(os.environ.get("WAKEFUL_TEST_REDIS_PORT", "6379"))
+
+
+@contextmanager
+def reserved_redis_db(wait_s: float = 300) -> Iterator[int]:
+    """A Redis database number (1-15) of the shared server for one test, flushed before and
+    after. Reservations are keys in db 0, so parallel test processes never share a number."""
+    import redis
+
+    admin = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=0, socket_timeout=3)
+    try:
+        admin.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        service_missing("Redis", exc)
+    token = uuid.uuid4().hex
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        for number in range(1, 16):
+            if admin.set(f"wakeful-test:db:{number}", token, nx=True, ex=900):
+                db = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=number)
+                db.flushdb()
+                try:
+                    yield number
+                finally:
+                    db.flushdb()
+                    if admin.get(f"wakeful-test:db:{number}") == token.encode():
+                        admin.delete(f"wakeful-test:db:{number}")
+                return
+        time.sleep(0.5)
+    pytest.fail("no free Redis database number for this test")

@@ -7,44 +7,20 @@ import json
 import os
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from databases import service_missing
+from databases import REDIS_HOST, REDIS_PORT, reserved_redis_db
 
 from store import Store
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
-REDIS_HOST = os.environ.get("WAKEFUL_TEST_REDIS_HOST", "127.0.0.1")
-REDIS_PORT = int(os.environ.get("WAKEFUL_TEST_REDIS_PORT", "6379"))
 
 
 @pytest.fixture
 def redis_number() -> Iterator[int]:
-    """A Redis database number reserved in db 0 (the runtime tests' protocol)."""
-    import redis
-
-    admin = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=0, socket_timeout=3)
-    try:
-        admin.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        service_missing("Redis", exc)
-    token = uuid.uuid4().hex
-    for _ in range(120):
-        for number in range(1, 16):
-            if admin.set(f"wakeful-test:db:{number}", token, nx=True, ex=900):
-                redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=number).flushdb()
-                try:
-                    yield number
-                finally:
-                    redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=number).flushdb()
-                    if admin.get(f"wakeful-test:db:{number}") == token.encode():
-                        admin.delete(f"wakeful-test:db:{number}")
-                return
-        time.sleep(0.5)
-    pytest.fail("no free Redis database number for this test")
+    with reserved_redis_db(wait_s=60) as number:
+        yield number
 
 
 def rings(number: int) -> list[tuple[str, str]]:

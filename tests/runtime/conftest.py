@@ -16,20 +16,16 @@ import json
 import os
 import signal
 import sys
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from databases import service_missing
+from databases import REDIS_HOST, REDIS_PORT, reserved_redis_db
 
 from store import Store
 
-REDIS_HOST = os.environ.get("WAKEFUL_TEST_REDIS_HOST", "127.0.0.1")
-REDIS_PORT = int(os.environ.get("WAKEFUL_TEST_REDIS_PORT", "6379"))
 
 # Short real intervals: every wait below is for something that happens within seconds.
 FAST_ENV = {
@@ -48,28 +44,8 @@ FAST_ENV = {
 # --- Redis: one database number per test, reserved in db 0 so parallel runs never share ---
 @pytest.fixture
 def redis_db() -> Iterator[int]:
-    try:
-        import redis
-
-        admin = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=0, socket_timeout=3)
-        admin.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        service_missing("Redis", exc)
-    token = uuid.uuid4().hex
-    for _ in range(600):
-        for number in range(1, 16):
-            if admin.set(f"wakeful-test:db:{number}", token, nx=True, ex=900):
-                db = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=number)
-                db.flushdb()
-                try:
-                    yield number
-                finally:
-                    db.flushdb()
-                    if admin.get(f"wakeful-test:db:{number}") == token.encode():
-                        admin.delete(f"wakeful-test:db:{number}")
-                return
-        time.sleep(0.5)
-    pytest.fail("no free Redis database number for this test")
+    with reserved_redis_db() as number:
+        yield number
 
 
 @dataclass

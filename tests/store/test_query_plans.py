@@ -6,7 +6,11 @@ claim's queries over a table that is mostly history.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from sqlalchemy import select, text
+from sqlalchemy.dialects import postgresql
 
 from store import Store
 from store.db import transaction
@@ -39,43 +43,35 @@ def test_the_scheduler_reads_due_timers_through_the_partial_index(pg_url: str) -
         store.dispose()
 
 
-def test_a_claim_reads_live_events_through_the_partial_index(pg_url: str) -> None:
+@pytest.fixture
+def history(pg_url: str) -> Iterator[Store]:
+    """50,000 events over 100 inboxes, one in a thousand still pending: mostly history."""
     store = Store.connect(pg_url)
-    try:
-        with transaction(store.engine) as conn:
-            conn.execute(text(
-                "INSERT INTO events (inbox, source, source_id, payload, status, created) "
-                "SELECT 'i' || (n % 100), 'chat', 'm' || n, '{}', "
-                "CASE WHEN n % 1000 = 0 THEN 'pending' ELSE 'done' END, 1 "
-                "FROM generate_series(1, 50000) AS n"))
-            conn.execute(text("ANALYZE events"))
-        query = select(events.c.id).where(claimable("i0", None, 2_000_000)).order_by(events.c.id).limit(100)
-        assert "ix_events_live" in plan(store, query)
-    finally:
-        store.dispose()
+    with transaction(store.engine) as conn:
+        conn.execute(text(
+            "INSERT INTO events (inbox, source, source_id, payload, status, created) "
+            "SELECT 'i' || (n % 100), 'chat', 'm' || n, '{}', "
+            "CASE WHEN n % 1000 = 0 THEN 'pending' ELSE 'done' END, 1 "
+            "FROM generate_series(1, 50000) AS n"))
+        conn.execute(text("ANALYZE events"))
+    yield store
+    store.dispose()
 
 
-def test_the_claim_keeps_its_index_under_a_generic_plan(pg_url: str) -> None:
+def test_a_claim_reads_live_events_through_the_partial_index(history: Store) -> None:
+    query = select(events.c.id).where(claimable("i0", None, 2_000_000)).order_by(events.c.id).limit(100)
+    assert "ix_events_live" in plan(history, query)
+
+
+def test_the_claim_keeps_its_index_under_a_generic_plan(history: Store) -> None:
     """psycopg prepares a statement after five executions and PostgreSQL may then plan it once
     for any parameters: the status tests are literals, so even that plan uses ix_events_live."""
-    from sqlalchemy.dialects import postgresql
-
-    store = Store.connect(pg_url)
-    try:
-        with transaction(store.engine) as conn:
-            conn.execute(text(
-                "INSERT INTO events (inbox, source, source_id, payload, status, created) "
-                "SELECT 'i' || (n % 100), 'chat', 'm' || n, '{}', "
-                "CASE WHEN n % 1000 = 0 THEN 'pending' ELSE 'done' END, 1 "
-                "FROM generate_series(1, 50000) AS n"))
-            conn.execute(text("ANALYZE events"))
-            query = select(events.c.id).where(claimable("i0", 3, 2_000_000)).order_by(events.c.id).limit(100)
-            compiled = query.compile(dialect=postgresql.dialect(paramstyle="numeric_dollar"))
-            args = ", ".join(repr(compiled.params[name]) for name in compiled.positiontup)
-            conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
-            conn.exec_driver_sql(f"PREPARE claim_probe AS {compiled}")
-            generic = "\n".join(conn.exec_driver_sql(f"EXPLAIN EXECUTE claim_probe({args})").scalars())
-            conn.exec_driver_sql("DEALLOCATE claim_probe")
-        assert "ix_events_live" in generic, generic
-    finally:
-        store.dispose()
+    query = select(events.c.id).where(claimable("i0", 3, 2_000_000)).order_by(events.c.id).limit(100)
+    compiled = query.compile(dialect=postgresql.dialect(paramstyle="numeric_dollar"))
+    args = ", ".join(repr(compiled.params[name]) for name in compiled.positiontup)
+    with transaction(history.engine) as conn:
+        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        conn.exec_driver_sql(f"PREPARE claim_probe AS {compiled}")
+        generic = "\n".join(conn.exec_driver_sql(f"EXPLAIN EXECUTE claim_probe({args})").scalars())
+        conn.exec_driver_sql("DEALLOCATE claim_probe")
+    assert "ix_events_live" in generic, generic

@@ -11,7 +11,6 @@ stays real, only the broker is left out (the uvicorn test uses the runtime's own
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
