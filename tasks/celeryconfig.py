@@ -3,8 +3,8 @@
 The database decides what is true; a Celery message only says "look at inbox X". So a lost,
 duplicated or late message must cost nothing, and the settings below are chosen for that:
 late acks and reject-on-worker-lost so a killed worker's message comes back, prefetch 1 so a
-long agent run never sits on messages another worker could take, JSON only so a worker never
-unpickles what the broker hands it, results ignored unless a caller asks.
+long agent run never sits on messages another worker could take, JSON only so nothing the broker
+hands a worker can run code when decoded, results ignored unless a caller asks.
 """
 
 from __future__ import annotations
