@@ -45,18 +45,25 @@ def today(store, inbox: str, agent) -> float:
 
 
 def combined(store, inbox: str, agent) -> float:
-    """start_run (acquire+claim), memory, agent, finish_and_claim (finish+release)."""
+    """start_run (acquire + claim + memory), agent, finish_and_claim (finish + release)."""
     from store import Outcome
     from tasks.agents import Run
 
     holder = f"bench:{os.getpid()}"
-    gen, events = store.start_run(inbox, holder)
+    start = store.start_run(inbox, holder)
+    gen, events, memory = start.generation, start.events, start.memory
     while events:
-        run = Run(inbox=inbox, events=events, generation=gen, memory=store.memory(inbox))
+        run = Run(inbox=inbox, events=events, generation=gen, memory=memory)
         outcome = agent(run) or Outcome()
         step = store.finish_and_claim(inbox, holder, gen, [e.id for e in events], outcome=outcome)
-        events = step.events
+        events, memory = step.events, step.memory
     return agent.called_at
+
+
+def pinned(store, inbox: str, agent) -> float:
+    """``combined`` on one pinned connection, as tasks.runs does it."""
+    with store.pinned():
+        return combined(store, inbox, agent)
 
 
 class Agent:
@@ -126,6 +133,7 @@ def main() -> int:
         rows = [
             ("tasks.runs.run_inbox as checked out (pool_pre_ping)", measure(pinged, today, n, "a")),
             ("start_run + finish_and_claim (pool_pre_ping)", measure(pinged, combined, n, "b")),
+            ("start_run + finish_and_claim, one pinned connection", measure(pinged, pinned, n, "d")),
             ("start_run + finish_and_claim (no pre-ping)", measure(unpinged, combined, n, "c")),
         ]
         print(f"| store side of one wake, {n} wakes, 1 event each | wake ms p50 | to agent ms p50 | "

@@ -9,6 +9,8 @@ database's clock alone.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sqlalchemy import Connection, Row, and_, exists, or_, select, update
 
 from . import counters
@@ -43,20 +45,28 @@ def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
     return row
 
 
-def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> tuple[int | None, int]:
-    """Take or renew the lease: (the generation or None if someone else holds it, now)."""
+class Acquired(NamedTuple):
+    generation: int | None  # None: someone else holds a live lease
+    now: int
+    took_over: bool  # the lease lapsed in another holder's hands (it may have left rows running)
+
+
+def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> Acquired:
+    """Take or renew the lease."""
     row = lock_or_create(conn, inbox, now)
     now = int(row.now)
+    took_over = False
     if row.holder == holder and row.lease_until >= now:
         generation = row.generation  # renewal by the live holder keeps its generation
     elif row.lease_until < now:
         generation = row.generation + 1  # takeover of an expired or released lease
-        if row.holder is not None:
+        took_over = row.holder is not None  # a release clears the holder; a lapse does not
+        if took_over:
             counters.bump(conn, counters.LEASE_TAKEOVERS)
     else:
-        return None, now  # someone else holds a live lease
+        return Acquired(None, now, False)
     extend(conn, s, inbox, now, holder=holder, generation=generation)
-    return generation, now
+    return Acquired(generation, now, took_over)
 
 
 def extend(conn: Connection, s: StoreSettings, inbox: str, now: int, **values: object) -> None:

@@ -86,12 +86,22 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class RunStart:
+    """What ``start_run`` did: the lease, the first batch, and the inbox's memory."""
+
+    generation: int | None  # None: another worker holds a live lease (nothing was claimed)
+    events: list[Event]  # the first batch, claimed under ``generation``
+    memory: dict[str, Any] = field(default_factory=dict)  # read with the batch, {} without one
+
+
+@dataclass(frozen=True)
 class RunStep:
     """What ``finish_and_claim`` did: the finish, then the next batch or the release."""
 
     finished: bool  # False: fenced (nothing written) or nothing of ours left to finish
     events: list[Event]  # the next batch, claimed under the same generation
     released: bool  # True when nothing was left and the lease was given up
+    memory: dict[str, Any] = field(default_factory=dict)  # as the finish left it, with a next batch
 
 
 @dataclass(frozen=True)

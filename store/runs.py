@@ -11,14 +11,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, delete, literal, or_, select, update
+from sqlalchemy import Connection, Update, and_, case, delete, exists, literal, or_, select, union_all, update
 
 from . import approvals, counters, leases, timers, validate
 from .inbox import EVENT_COLUMNS, to_event
 from .db import upsert
-from .records import Event, InvalidEvent, Message, Outcome, RunStep
+from .records import Event, InvalidEvent, Message, Outcome, RunStart, RunStep
 from .settings import StoreSettings
 from .tables import events, memory, outbox, runs, status_is
+
+def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> leases.Acquired:
+    """Take the lease; after a takeover, first put right what the lapsed holder left."""
+    got = leases.acquire(conn, s, inbox, holder, now)
+    if got.took_over:
+        _tidy(conn, s, inbox, got.generation, got.now)
+    return got
+
 
 def claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int, now: int | None) -> list[Event]:
     now = leases.holds(conn, inbox, holder, generation, now)
@@ -27,58 +35,68 @@ def claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generatio
     return claim_batch(conn, s, inbox, generation, now)
 
 
-def start(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> tuple[int | None, list[Event]]:
-    """acquire + claim in one transaction: the first step of a wake-up costs one commit."""
-    generation, now = leases.acquire(conn, s, inbox, holder, now)
-    if generation is None:
-        return None, []
-    return generation, claim_batch(conn, s, inbox, generation, now)
+def start(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> RunStart:
+    """acquire + claim (+ the memory the run will see) in one transaction."""
+    got = acquire(conn, s, inbox, holder, now)
+    if got.generation is None:
+        return RunStart(None, [])
+    batch = claim_batch(conn, s, inbox, got.generation, got.now)
+    return RunStart(got.generation, batch, read_memory(conn, inbox) if batch else {})
 
 
 def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
                      event_ids: Iterable[int], outcome: Outcome | None, error: str | None,
                      now: int | None) -> RunStep:
-    """finish + the next claim, or the release when nothing is left, in one transaction."""
+    """finish + the next claim (with the memory as this finish left it), or the release when
+    nothing is left, in one transaction."""
     now = leases.holds(conn, inbox, holder, generation, now)
     if now is None:
         counters.bump(conn, counters.STALE_FINISHES_REFUSED)
         return RunStep(finished=False, events=[], released=False)
     finished = record(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
-    # No housekeeping: it ran at this generation's first claim, and since then only this
-    # holder has written the inbox's events (a failed run's at-cap rows went dead in record).
-    batch = claim_batch(conn, s, inbox, generation, now, housekeeping=False)
+    batch = claim_batch(conn, s, inbox, generation, now)
     if batch:
         leases.extend(conn, s, inbox, now)  # a full lease for the next batch
-        return RunStep(finished, batch, released=False)
+        return RunStep(finished, batch, released=False, memory=read_memory(conn, inbox))
     leases.resign(conn, inbox)  # nothing claimable: the claim just looked, under the same lock
     return RunStep(finished, [], released=True)
 
 
-def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int,
-                housekeeping: bool = True) -> list[Event]:
-    """The claim rules, for a caller that already holds the inbox row and the lease."""
-    if housekeeping:
-        _tidy(conn, s, inbox, generation, now)
+def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> list[Event]:
+    """The claim rules, for a caller that already holds the inbox row and the lease: the
+    oldest ready events up to ``batch_limit``, or, if any ready event has been tried
+    before, that one alone. One statement.
+
+    No housekeeping here: rows left running by an older generation, and the attempt cap
+    they may have reached, are put right once, by the takeover (``acquire``). Since then
+    only this generation has claimed the inbox's events, and a failed run parks its at-cap
+    rows dead itself (``record``)."""
+    rows = conn.execute(claim_statement(s, inbox, generation, now)).all()
+    return sorted((to_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
+
+
+def claim_statement(s: StoreSettings, inbox: str, generation: int, now: int) -> Update:
     ready = leases.claimable(inbox, None, now)
-    retry = conn.execute(
-        select(events.c.id).where(ready, events.c.attempts > 0).order_by(events.c.id).limit(1)
-    ).scalar()
-    if retry is not None:
-        batch = select(events.c.id).where(events.c.id == retry)
-    else:
-        batch = select(events.c.id).where(ready).order_by(events.c.id).limit(s.batch_limit)
-    rows = conn.execute(
+    tried = and_(ready, events.c.attempts > 0)
+    retry = select(events.c.id).where(tried).order_by(events.c.id).limit(1).subquery()
+    fresh = (select(events.c.id).where(ready, events.c.attempts == 0)
+             .order_by(events.c.id).limit(s.batch_limit).subquery())
+    batch = union_all(
+        select(retry.c.id),
+        select(fresh.c.id).where(~exists().where(tried)),
+    )
+    return (
         update(events)
-        .where(events.c.id.in_(batch.scalar_subquery()))
+        .where(events.c.id.in_(batch))
         .values(status="running", attempts=events.c.attempts + 1, claim_gen=generation, claimed_at=now)
         .returning(*EVENT_COLUMNS)
-    ).all()
-    return sorted((to_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
+    )
 
 
 def _tidy(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> None:
     # One statement for both housekeeping rules: rows an older generation left running go
-    # back to pending (their worker lost the lease), and pending rows at the cap go dead.
+    # back to pending (their worker lost the lease), or dead if they reached the cap; and
+    # pending rows at the cap go dead (after ``max_attempts`` was lowered).
     at_cap = events.c.attempts >= s.max_attempts
     conn.execute(
         update(events)

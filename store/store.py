@@ -7,10 +7,12 @@ transaction is open (``dispatch`` sends between two of them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
@@ -27,6 +29,7 @@ from .records import (
     OutgoingMessage,
     Rejection,
     Run,
+    RunStart,
     RunStep,
     TimerRow,
 )
@@ -37,6 +40,7 @@ class Store:
     def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
         self.engine = engine
         self.settings = settings or StoreSettings()
+        self._pinned = threading.local()
 
     @classmethod
     def connect(cls, url: str, *, pool_size: int = 2, **settings: Any) -> "Store":
@@ -57,6 +61,34 @@ class Store:
     def dispose(self) -> None:
         self.engine.dispose()
 
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Run this thread's store calls on one pooled connection until the block ends.
+
+        A worker task makes several short transactions (``start_run``, ``finish_and_claim``
+        ...): pinned, they cost one checkout, so one pre-ping round trip, instead of one each.
+        A connection lost inside the block is replaced at the next call. Nested blocks reuse
+        the outer one."""
+        if getattr(self._pinned, "conn", None) is not None:
+            yield
+            return
+        with self.engine.connect() as conn:
+            self._pinned.conn = conn
+            try:
+                yield
+            finally:
+                self._pinned.conn = None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        conn = getattr(self._pinned, "conn", None)
+        if conn is None:
+            with transaction(self.engine) as conn:
+                yield conn
+        else:
+            with conn.begin():
+                yield conn
+
     def ping(self) -> None:
         """Raises if the database cannot be reached."""
         with self.engine.connect() as conn:
@@ -70,7 +102,7 @@ class Store:
         validate.inbox(inbox)
         validate.key(source, source_id)
         validate.payload(payload, self.settings.max_payload_bytes)
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return inbox_rules.insert_event(conn, inbox, source, source_id, payload, now)
 
     def ingest_many(self, items: Iterable[tuple[str, str, str, dict[str, Any]]], *,
@@ -87,7 +119,7 @@ class Store:
                 validate.payload(payload, self.settings.max_payload_bytes)
             except (TypeError, ValueError) as exc:
                 raise InvalidEvent(f"item {n}: {exc}") from None
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return inbox_rules.insert_events(conn, batch, now)
 
     # -- one worker per inbox ------------------------------------------------------------
@@ -96,44 +128,45 @@ class Store:
         validate.inbox(inbox)
         validate.name("holder", holder, 255)
         try:
-            with transaction(self.engine) as conn:
-                return leases.acquire(conn, self.settings, inbox, holder, now)[0]
+            with self._transaction() as conn:
+                return runs.acquire(conn, self.settings, inbox, holder, now).generation
         except OperationalError as exc:
             if lock_timed_out(exc):
                 return None  # a stuck transaction holds the inbox: as good as held
             raise
 
     def renew(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return leases.renew(conn, self.settings, inbox, holder, gen, now)
 
     def release(self, inbox: str, holder: str, gen: int, *, now: int | None = None,
                 force: bool = False) -> bool:
         """False (lease kept) while claimable events remain, unless ``force``: then the
         caller must ring the inbox's doorbell itself."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return leases.release(conn, inbox, holder, gen, now, force)
 
     def claim(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> list[Event]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return runs.claim(conn, self.settings, inbox, holder, gen, now)
 
     def finish(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
                outcome: Outcome | None = None, error: str | None = None, *,
                now: int | None = None) -> bool:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return runs.finish(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
 
-    def start_run(self, inbox: str, holder: str, *, now: int | None = None) -> tuple[int | None, list[Event]]:
-        """``acquire`` then ``claim`` in one transaction: (generation or None, first batch)."""
+    def start_run(self, inbox: str, holder: str, *, now: int | None = None) -> RunStart:
+        """``acquire`` then ``claim`` in one transaction, which also reads the inbox's memory
+        for the run: ``RunStart(generation or None, first batch, memory)``."""
         validate.inbox(inbox)
         validate.name("holder", holder, 255)
         try:
-            with transaction(self.engine) as conn:
+            with self._transaction() as conn:
                 return runs.start(conn, self.settings, inbox, holder, now)
         except OperationalError as exc:
             if lock_timed_out(exc):
-                return None, []  # a stuck transaction holds the inbox: as good as held
+                return RunStart(None, [])  # a stuck transaction holds the inbox: as good as held
             raise
 
     def finish_and_claim(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
@@ -141,7 +174,7 @@ class Store:
                          now: int | None = None) -> RunStep:
         """``finish``, then the next ``claim`` (lease extended) or, when nothing is claimable,
         the ``release``: one transaction instead of three."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return runs.finish_and_claim(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
 
     # -- timers --------------------------------------------------------------------------
@@ -151,12 +184,12 @@ class Store:
                   key: tuple[str, str] | None = None, misfire: str = "coalesce",
                   now: int | None = None) -> None:
         validate.inbox(inbox)
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             timers.add(conn, self.settings, inbox, timer_id, due, payload, every=every, cron=cron,
                        tz=tz, key=key, misfire=misfire, now=clock(conn, now))
 
     def cancel_timer(self, inbox: str, timer_id: str) -> bool:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return timers.cancel(conn, inbox, timer_id)
 
     def run_scheduler(self, *, now: int | None = None, limit: int | None = None) -> list[Fired]:
@@ -164,7 +197,7 @@ class Store:
         batch = limit or self.settings.scheduler_batch
         fired: list[Fired] = []
         while True:
-            with transaction(self.engine) as conn:
+            with self._transaction() as conn:
                 at = clock(conn, now)
                 due = timers.due_now(conn, at, batch)
                 fired.extend(timers.fire(conn, self.settings, due, at))
@@ -176,16 +209,16 @@ class Store:
     def request_approval(self, inbox: str, request_id: str, action: str, expires_in: int, *,
                          now: int | None = None) -> None:
         validate.inbox(inbox)
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             approvals.request(conn, self.settings, inbox, request_id, action, expires_in, clock(conn, now))
 
     def answer_approval(self, inbox: str, request_id: str, answer: str, *, now: int | None = None) -> str:
         """The outcome that stands: "yes"/"no", "expired", or "unknown" (never requested)."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return approvals.answer(conn, self.settings, inbox, request_id, answer, clock(conn, now))
 
     def approvals(self, inbox: str | None = None, *, pending_only: bool = True) -> list[Approval]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return approvals.view(conn, inbox, pending_only)
 
     # -- outbox --------------------------------------------------------------------------
@@ -195,73 +228,73 @@ class Store:
         return outbox.dispatch(self.engine, self.settings, inbox, send, now)
 
     def outbox_due(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return outbox.due_inboxes(conn, self.settings, clock(conn, now), limit)
 
     # -- views and operator actions ------------------------------------------------------
 
     def event(self, event_id: int) -> Event | None:
         """One event by id, whatever its status; None if there is none."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return inbox_rules.event(conn, event_id)
 
     def events(self, inbox: str, *, status: str | None = None) -> list[Event]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return inbox_rules.events_of(conn, inbox, status)
 
     def outbox(self, inbox: str) -> list[OutboxRow]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return outbox.view(conn, inbox)
 
     def timers(self, inbox: str) -> list[TimerRow]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return timers.view(conn, inbox)
 
     def memory(self, inbox: str) -> dict[str, Any]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return runs.read_memory(conn, inbox)
 
     def runs(self, inbox: str, *, limit: int = 100) -> list[Run]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return operator.run_log(conn, inbox, limit)
 
     def dead(self, inbox: str | None = None) -> list[Event]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return inbox_rules.dead(conn, inbox)
 
     def requeue(self, event_id: int) -> Event | None:
         """A dead event back to pending, attempts reset; None if no dead event has that id."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             requeued = inbox_rules.requeue(conn, None, event_id)
         return requeued[0] if requeued else None
 
     def requeue_inbox(self, inbox: str) -> list[Event]:
         """Every dead event of ``inbox`` back to pending, attempts reset."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return inbox_rules.requeue(conn, inbox, None)
 
     def metrics(self, *, now: int | None = None) -> dict[str, Any]:
         """Events pending/running/dead, oldest pending age, outbox held, timers overdue,
         rejections by origin, counters: across all inboxes."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return operator.metrics(conn, clock(conn, now))
 
     def attention(self, *, now: int | None = None, limit: int = 20) -> list[InboxStatus]:
         """Inboxes with dead events first, then those with the oldest waiting work."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return operator.attention(conn, clock(conn, now), limit)
 
     def incidents(self, since: int) -> dict[str, list[Event]]:
         """Events parked dead and approvals expired since ``since``: the daily summary."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return operator.incidents(conn, since)
 
     def status(self, inbox: str, *, now: int | None = None) -> InboxStatus:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return operator.status(conn, inbox, clock(conn, now))
 
     def sweep_candidates(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return inbox_rules.sweep_candidates(conn, clock(conn, now), limit)
 
     def purge(self, older_than: int, *, now: int | None = None) -> dict[str, int]:
@@ -270,13 +303,13 @@ class Store:
     def record_rejection(self, origin: str, reason: str, *, inbox: Any = None, source: Any = None,
                          source_id: Any = None, excerpt: Any = None, now: int | None = None) -> None:
         """Keep refused input where an operator can see it: bounded, never the whole body."""
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             inbox_rules.record_rejection(conn, origin, reason, inbox, source, source_id, excerpt, now)
 
     def rejections(self, *, limit: int = 100) -> list[Rejection]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return inbox_rules.rejections(conn, limit)
 
     def counters(self) -> dict[str, int]:
-        with transaction(self.engine) as conn:
+        with self._transaction() as conn:
             return counter_rules.read(conn)

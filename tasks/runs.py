@@ -6,10 +6,11 @@ new events, because the release refuses while claimable work remains and the hol
 Every write is fenced by (holder, generation), so a worker that stalled past its lease and
 woke up again changes nothing.
 
-A single-batch wake costs two commits: ``start_run`` (acquire + claim) and
-``finish_and_claim`` (finish + the next claim, or the release when nothing is left; a claim
-also extends the lease, which is the renewal between steps). The agent renews in between
-with ``run.heartbeat()``.
+A single-batch wake costs two commits: ``start_run`` (acquire + claim + the inbox's memory)
+and ``finish_and_claim`` (finish + the next claim, or the release when nothing is left; a
+claim also extends the lease, which is the renewal between steps). The agent renews in
+between with ``run.heartbeat()``. The whole task runs its transactions on one pinned
+connection: one pool checkout (and pre-ping) per task, not one per transaction.
 
 One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; its last run finishes without
 claiming more, and the task hands the inbox back (``release(force=True)``) and rings again,
@@ -75,28 +76,34 @@ def run_inbox(self, inbox: Any = None) -> dict[str, Any]:
     """
     store = get_store()
     agent = get_agent()  # a broken WAKEFUL_AGENT fails here, before any event is claimed
-    holder = holder_name(self.request.id)
+    with store.pinned():
+        return _run_inbox(store, agent, inbox, holder_name(self.request.id))
+
+
+def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str) -> dict[str, Any]:
     try:
-        generation, events = store.start_run(inbox, holder)
+        start = store.start_run(inbox, holder)
     except InvalidEvent as exc:  # a malformed doorbell (missing or wrong-typed inbox)
         store.record_rejection("task:wakeful.run_inbox", str(exc), inbox=inbox)
         log.warning("run_inbox rejected: %s (inbox=%r)", exc, repr(inbox)[:80])
         return {"inbox": None, "rejected": str(exc)}
+    generation = start.generation
     if generation is None:
         return {"inbox": inbox, "skipped": "another worker holds the lease"}
-    _claimed(inbox, generation, events)
+    _claimed(inbox, generation, start.events)
     lease = Lease(store, inbox, holder, generation)
     runs: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"inbox": inbox, "generation": generation, "runs": runs}
     try:
-        summary["end"] = _loop(lease, agent, events, runs)
+        summary["end"] = _loop(lease, agent, start.events, start.memory, runs)
     finally:
         if any(r.get("messages") for r in runs):
             ring_dispatch(inbox)  # the first message after a quiet spell goes out now
     return summary
 
 
-def _loop(lease: Lease, agent: Agent, events: list[Event], runs: list[dict[str, Any]]) -> str:
+def _loop(lease: Lease, agent: Agent, events: list[Event], memory: dict[str, Any],
+          runs: list[dict[str, Any]]) -> str:
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     empty_refusals = 0
     while True:
@@ -113,10 +120,11 @@ def _loop(lease: Lease, agent: Agent, events: list[Event], runs: list[dict[str, 
             if not events and not lease.renew():
                 return "fenced"  # the release refused because the lease is no longer ours
             _claimed(inbox, gen, events)
+            memory = store.memory(inbox) if events else memory
             continue
         empty_refusals = 0
         last = len(runs) + 1 >= settings.max_runs_per_task
-        result, step = _run_once(lease, agent, events, claim_next=not last)
+        result, step = _run_once(lease, agent, events, memory, claim_next=not last)
         runs.append(result)
         if result["outcome"] == "fenced":
             return "fenced"
@@ -124,16 +132,16 @@ def _loop(lease: Lease, agent: Agent, events: list[Event], runs: list[dict[str, 
             return _hand_back(lease)
         if step.released:
             return "released"
-        events = step.events
+        events, memory = step.events, step.memory
 
 
-def _run_once(lease: Lease, agent: Agent, events: list[Event], claim_next: bool
-              ) -> tuple[dict[str, Any], RunStep]:
+def _run_once(lease: Lease, agent: Agent, events: list[Event], memory: dict[str, Any],
+              claim_next: bool) -> tuple[dict[str, Any], RunStep]:
     store, inbox = lease.store, lease.inbox
     ids = [e.id for e in events]
     result: dict[str, Any] = {"events": ids}
     run = Run(inbox=inbox, events=events, generation=lease.generation,
-              memory=store.memory(inbox), _heartbeat=lease.renew)
+              memory=memory, _heartbeat=lease.renew)
     try:
         outcome = agent(run) or Outcome()
     except LeaseLost:

@@ -194,6 +194,27 @@ def test_a_stuck_transaction_on_an_inbox_makes_acquire_say_held_not_wait(pg_stor
     with store.engine.connect() as paused:
         paused.execute(text("SELECT 1 FROM inboxes WHERE inbox = 'stuck' FOR UPDATE"))
         assert store.acquire("stuck", "B") is None
-        assert store.start_run("stuck", "B") == (None, [])
+        assert store.start_run("stuck", "B").generation is None
         assert store.acquire("other", "B") == 1  # other inboxes never wait on this one
     assert store.renew("stuck", "A", 1) is True  # the lock is gone with the transaction
+
+
+def test_a_pinned_connection_lost_mid_task_is_replaced_at_the_next_call(pg_store) -> None:  # type: ignore[no-untyped-def]
+    """A database restart between two calls of a task: the call that meets the dead
+    connection fails (and changes nothing), the next one gets a fresh connection."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    store = pg_store()
+    store.ingest("a", "chat", "m-1", {})
+    with store.pinned():
+        start = store.start_run("a", "A")
+        with store.engine.connect() as admin:
+            admin.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE application_name = 'wakeful' AND pid <> pg_backend_pid() "
+                               "AND datname = current_database()"))
+            admin.commit()
+        with pytest.raises(DBAPIError):
+            store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+        step = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+    assert step.finished and step.released

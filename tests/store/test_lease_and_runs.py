@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import ApprovalRequest, Message, Outcome, Store, Timer
+from store import ApprovalRequest, Message, Outcome, RunStart, Store, Timer
 
 T = 1_000_000
 TTL = 120
@@ -144,6 +144,17 @@ def test_an_event_claimed_max_attempts_times_is_parked_dead(make_store) -> None:
     assert store.release("a", "W", gen, now=now) is True
 
 
+def test_rows_a_lapsed_holder_left_running_are_put_right_by_the_takeover(store: Store) -> None:
+    """The takeover itself resets them (in acquire's transaction); the claims that follow
+    under the new generation do no housekeeping of their own."""
+    fill(store, "a", "m-1")
+    gen1 = store.acquire("a", "W0", now=T)
+    store.claim("a", "W0", gen1, now=T)  # W0 stalls
+    assert store.acquire("a", "W1", now=T + TTL + 1) == gen1 + 1
+    assert statuses(store, "a") == {"m-1": ("pending", 1)}
+    assert store.counters()["lease_takeovers"] == 1
+
+
 # -- finish -----------------------------------------------------------------------------------
 
 def run_once(store: Store, inbox: str, holder: str, now: int, outcome: Outcome | None = None) -> list:
@@ -176,6 +187,22 @@ def test_finish_applies_the_whole_outcome_in_one_transaction(store: Store) -> No
     fill(store, "a", "m-2", now=T + 1)
     run_once(store, "a", "A", T + 1, Outcome(memory={"name": None, "prefs": {"tone": "long"}}))
     assert store.memory("a") == {"prefs": {"tone": "long"}}
+
+
+def test_a_run_gets_the_memory_with_its_batch(store: Store) -> None:
+    """start_run and finish_and_claim read the memory in the claim's transaction: a second
+    run sees what the first one wrote, with no read of its own."""
+    fill(store, "a", "m-1")
+    run_once(store, "a", "A", T, Outcome(memory={"name": "Alice"}))
+    fill(store, "a", "m-2", "m-3", now=T + 1)
+    start = store.start_run("a", "A", now=T + 1)  # run_once kept the lease: a renewal
+    assert [e.source_id for e in start.events] == ["m-2", "m-3"] and start.memory == {"name": "Alice"}
+    fill(store, "a", "m-4", now=T + 2)
+    step = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events],
+                                  Outcome(memory={"name": None, "tone": "short"}), now=T + 2)
+    assert [e.source_id for e in step.events] == ["m-4"] and step.memory == {"tone": "short"}
+    last = store.finish_and_claim("a", "A", start.generation, [e.id for e in step.events], now=T + 3)
+    assert last.released and last.memory == {}  # no batch, no read
 
 
 def test_a_fenced_finish_writes_nothing(store: Store) -> None:
@@ -267,8 +294,9 @@ def count_commits(store: Store) -> list[int]:
 def test_a_wake_with_one_batch_costs_two_commits(store: Store) -> None:
     fill(store, "a", "m-1", "m-2")
     commits = count_commits(store)
-    gen, batch = store.start_run("a", "A", now=T)
-    assert gen == 1 and [e.source_id for e in batch] == ["m-1", "m-2"]
+    start = store.start_run("a", "A", now=T)
+    gen, batch = start.generation, start.events
+    assert gen == 1 and [e.source_id for e in batch] == ["m-1", "m-2"] and start.memory == {}
     step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], Outcome(messages=["ok"]), now=T + 1)
     assert (step.finished, step.events, step.released) == (True, [], True)
     assert commits[0] == 2
@@ -276,9 +304,24 @@ def test_a_wake_with_one_batch_costs_two_commits(store: Store) -> None:
     assert store.acquire("a", "B", now=T + 2) == 2  # released: taken over at once
 
 
+def test_a_pinned_block_checks_out_one_connection(store: Store) -> None:
+    from sqlalchemy import event
+
+    checkouts = [0]
+    event.listen(store.engine.pool, "checkout", lambda *a: checkouts.__setitem__(0, checkouts[0] + 1))
+    store.ingest("a", "chat", "m-1", {})
+    with store.pinned():
+        start = store.start_run("a", "A")
+        with store.pinned():  # nested: the same connection
+            step = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+    assert step.finished and step.released
+    assert checkouts[0] == 2  # the ingest's, then the pinned block's
+
+
 def test_finish_and_claim_hands_back_the_next_batch_with_a_fresh_lease(store: Store) -> None:
     fill(store, "a", "m-1")
-    gen, batch = store.start_run("a", "A", now=T)
+    start = store.start_run("a", "A", now=T)
+    gen, batch = start.generation, start.events
     fill(store, "a", "m-2", now=T + 100)
     step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], now=T + 100)
     assert step.finished and not step.released
@@ -289,13 +332,14 @@ def test_finish_and_claim_hands_back_the_next_batch_with_a_fresh_lease(store: St
 def test_start_run_refuses_while_another_holds_the_lease(store: Store) -> None:
     fill(store, "a", "m-1")
     store.acquire("a", "A", now=T)
-    assert store.start_run("a", "B", now=T + 1) == (None, [])
+    assert store.start_run("a", "B", now=T + 1) == RunStart(None, [], {})
     assert statuses(store, "a") == {"m-1": ("pending", 0)}
 
 
 def test_finish_and_claim_is_fenced(store: Store) -> None:
     fill(store, "a", "m-1")
-    gen, batch = store.start_run("a", "A", now=T)
+    start = store.start_run("a", "A", now=T)
+    gen, batch = start.generation, start.events
     store.start_run("a", "B", now=T + TTL + 1)
     step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], Outcome(messages=["late"]), now=T + TTL + 2)
     assert (step.finished, step.events, step.released) == (False, [], False)
