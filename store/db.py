@@ -31,12 +31,15 @@ from sqlalchemy import (
     Engine,
     Insert,
     Table,
+    bindparam,
     create_engine,
     event,
+    func,
     literal,
-    literal_column,
-    text,
+    select,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -117,28 +120,50 @@ def transaction(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+class DbClock(FunctionElement[int]):
+    """The database's clock in integer seconds, evaluated by the statement that carries it
+    (saves a round trip where nothing else in the transaction needs the value)."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+@compiles(DbClock, "postgresql")
+def _pg_clock(element: DbClock, compiler: Any, **kw: Any) -> str:
+    return _PG_NOW
+
+
+@compiles(DbClock, "sqlite")
+def _sqlite_clock(element: DbClock, compiler: Any, **kw: Any) -> str:
+    return _SQLITE_NOW
+
+
+# For statements built once, at import (the hot path: building a statement costs more
+# Python than sending it): the caller's ``p_now`` if it passed one (tests), else the
+# database's clock. Their parameters are all named ``p_*``: SQLAlchemy reserves column
+# names for the SET and VALUES clauses.
+NOW = func.coalesce(bindparam("p_now", type_=BigInteger()), DbClock())
+
+
 def clock(conn: Connection, now: int | None) -> int:
     """``now`` if the caller passed one (tests), else the database's clock."""
     if now is not None:
         return int(now)
-    return int(conn.execute(text("SELECT " + _now_sql(conn))).scalar_one())
+    return int(conn.execute(select(DbClock())).scalar_one())
 
 
-def clock_expr(conn: Connection, now: int | None) -> ColumnElement[int]:
-    """``now`` as a bound value, or the database's clock evaluated inside the statement
-    (saves a round trip where nothing else in the transaction needs the value)."""
-    if now is not None:
-        return literal(int(now))
-    return literal_column(_now_sql(conn), BigInteger())
-
-
-def _now_sql(conn: Connection) -> str:
-    return _PG_NOW if is_postgres(conn) else _SQLITE_NOW
+def clock_expr(now: int | None) -> ColumnElement[int]:
+    """``now`` as a bound value, or the database's clock evaluated inside the statement."""
+    return literal(int(now)) if now is not None else DbClock()
 
 
 def insert(conn: Connection, table: Table) -> Insert:
     """The dialect's INSERT, which knows ``ON CONFLICT`` (both engines speak it)."""
-    return (pg_insert if is_postgres(conn) else sqlite_insert)(table)
+    return dialect_insert(conn.dialect.name, table)
+
+
+def dialect_insert(dialect: str, table: Table) -> Insert:
+    return (pg_insert if dialect == "postgresql" else sqlite_insert)(table)
 
 
 def upsert(conn: Connection, table: Table, values: dict[str, Any], conflict_on: list[str]) -> None:

@@ -6,12 +6,13 @@ input that was refused.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, select, update
+from sqlalchemy import Connection, Insert, and_, bindparam, func, select, update
 
 from . import leases, validate
-from .db import clock_expr, insert
+from .db import NOW, clock_expr, dialect_insert, insert
 from .records import Event, Rejection
 from .tables import events, inboxes, rejected, status_is
 
@@ -34,16 +35,23 @@ def to_event(row: Any) -> Event:
     return Event(*(row._mapping[c.name] for c in EVENT_COLUMNS))
 
 
+@functools.cache
+def _insert_event(dialect: str) -> Insert:
+    return (
+        dialect_insert(dialect, events)
+        .values(inbox=bindparam("p_inbox"), source=bindparam("p_source"), source_id=bindparam("p_source_id"),
+                payload=bindparam("p_payload", type_=events.c.payload.type), created=NOW)
+        .on_conflict_do_nothing(index_elements=["inbox", "source", "source_id"])
+        .returning(events.c.id)
+    )
+
+
 def insert_event(conn: Connection, inbox: str, source: str, source_id: str, payload: dict[str, Any],
                  now: int | None) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING: True if stored, False for a duplicate key."""
-    stored = conn.execute(
-        insert(conn, events)
-        .values(inbox=inbox, source=source, source_id=source_id, payload=payload,
-                created=clock_expr(conn, now))
-        .on_conflict_do_nothing(index_elements=["inbox", "source", "source_id"])
-        .returning(events.c.id)
-    ).scalar()
+    stored = conn.execute(_insert_event(conn.dialect.name), {
+        "p_inbox": inbox, "p_source": source, "p_source_id": source_id, "p_payload": payload, "p_now": now,
+    }).scalar()
     return stored is not None
 
 
@@ -53,7 +61,7 @@ def insert_events(conn: Connection, items: list[tuple[str, str, str, dict[str, A
     The same key twice in one batch is stored once (the first copy)."""
     if not items:
         return []
-    created = clock_expr(conn, now)
+    created = clock_expr(now)
     stored = conn.execute(
         insert(conn, events)
         .values([{"inbox": i, "source": s, "source_id": sid, "payload": p, "created": created}
@@ -113,7 +121,7 @@ def record_rejection(conn: Connection, origin: str, reason: str, inbox: Any, sou
 
     conn.execute(
         rejected.insert().values(
-            received=clock_expr(conn, now),
+            received=clock_expr(now),
             origin=bounded(origin, 64) or "unknown",
             reason=bounded(reason, 2000) or "invalid",
             inbox=bounded(inbox, 128),

@@ -11,12 +11,20 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlalchemy import Connection, Row, and_, exists, or_, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, exists, or_, select, update
 
 from . import counters
-from .db import clock_expr, insert
+from .db import NOW, insert
 from .settings import StoreSettings
 from .tables import events, inboxes, status_is
+
+
+_LOCK = (
+    select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
+           NOW.label("now"))
+    .where(inboxes.c.inbox == bindparam("p_inbox"))
+    .with_for_update()
+)
 
 
 def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
@@ -26,12 +34,7 @@ def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
     row while this one waited for the lock, PostgreSQL re-reads the row, and the clock, before
     returning it; a clock read before an uneventful wait errs on the side of the lease's
     existing state, never towards a takeover."""
-    return conn.execute(
-        select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
-               clock_expr(conn, now).label("now"))
-        .where(inboxes.c.inbox == inbox)
-        .with_for_update()
-    ).one_or_none()
+    return conn.execute(_LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
 
 
 def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
@@ -65,12 +68,23 @@ def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: in
             counters.bump(conn, counters.LEASE_TAKEOVERS)
     else:
         return Acquired(None, now, False)
-    extend(conn, s, inbox, now, holder=holder, generation=generation)
+    take(conn, s, inbox, now, holder, generation)
     return Acquired(generation, now, took_over)
 
 
-def extend(conn: Connection, s: StoreSettings, inbox: str, now: int, **values: object) -> None:
-    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(lease_until=now + s.lease_ttl, **values))
+_EXTEND = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(lease_until=bindparam("p_until"))
+_TAKE = _EXTEND.values(holder=bindparam("p_holder"), generation=bindparam("p_generation"))
+_RESIGN = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(holder=None, lease_until=0)
+
+
+def extend(conn: Connection, s: StoreSettings, inbox: str, now: int) -> None:
+    """A full lease from ``now`` for its holder."""
+    conn.execute(_EXTEND, {"p_inbox": inbox, "p_until": now + s.lease_ttl})
+
+
+def take(conn: Connection, s: StoreSettings, inbox: str, now: int, holder: str, generation: int) -> None:
+    conn.execute(_TAKE, {"p_inbox": inbox, "p_until": now + s.lease_ttl, "p_holder": holder,
+                         "p_generation": generation})
 
 
 def holds(conn: Connection, inbox: str, holder: str, generation: int, now: int | None) -> int | None:
@@ -105,7 +119,7 @@ def release(conn: Connection, inbox: str, holder: str, generation: int, now: int
 
 
 def resign(conn: Connection, inbox: str) -> None:
-    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(holder=None, lease_until=0))
+    conn.execute(_RESIGN, {"p_inbox": inbox})
 
 
 def claimable(inbox: str, generation: int | None, now: int):  # type: ignore[no-untyped-def]

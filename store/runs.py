@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Update, and_, case, delete, exists, literal, or_, select, union_all, update
+from sqlalchemy import Connection, Update, and_, bindparam, case, delete, exists, literal, or_, select, union_all, update
 
 from . import approvals, counters, leases, timers, validate
 from .inbox import EVENT_COLUMNS, to_event
@@ -71,16 +71,17 @@ def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int,
     they may have reached, are put right once, by the takeover (``acquire``). Since then
     only this generation has claimed the inbox's events, and a failed run parks its at-cap
     rows dead itself (``record``)."""
-    rows = conn.execute(claim_statement(s, inbox, generation, now)).all()
+    rows = conn.execute(CLAIM, {"p_inbox": inbox, "p_gen": generation, "p_now": now,
+                                "p_limit": s.batch_limit}).all()
     return sorted((to_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
 
 
-def claim_statement(s: StoreSettings, inbox: str, generation: int, now: int) -> Update:
-    ready = leases.claimable(inbox, None, now)
+def _claim_statement() -> Update:
+    ready = leases.claimable(bindparam("p_inbox"), None, bindparam("p_now"))
     tried = and_(ready, events.c.attempts > 0)
     retry = select(events.c.id).where(tried).order_by(events.c.id).limit(1).subquery()
     fresh = (select(events.c.id).where(ready, events.c.attempts == 0)
-             .order_by(events.c.id).limit(s.batch_limit).subquery())
+             .order_by(events.c.id).limit(bindparam("p_limit")).subquery())
     batch = union_all(
         select(retry.c.id),
         select(fresh.c.id).where(~exists().where(tried)),
@@ -88,9 +89,13 @@ def claim_statement(s: StoreSettings, inbox: str, generation: int, now: int) -> 
     return (
         update(events)
         .where(events.c.id.in_(batch))
-        .values(status="running", attempts=events.c.attempts + 1, claim_gen=generation, claimed_at=now)
+        .values(status="running", attempts=events.c.attempts + 1, claim_gen=bindparam("p_gen"),
+                claimed_at=bindparam("p_now"))
         .returning(*EVENT_COLUMNS)
     )
+
+
+CLAIM = _claim_statement()  # built once: see store.db.NOW
 
 
 def _tidy(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> None:
@@ -135,6 +140,13 @@ def finish(
     return record(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
 
 
+_MINE = and_(events.c.id.in_(bindparam("p_ids", expanding=True)), events.c.inbox == bindparam("p_inbox"),
+             status_is("running"), events.c.claim_gen == bindparam("p_gen"))
+_DONE = (update(events).where(_MINE).values(status="done", finished=bindparam("p_now"), error=None)
+         .returning(events.c.id, events.c.claimed_at))
+_RUN = runs.insert()
+
+
 def record(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
            event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int) -> bool:
     """A run's completion, for a caller that already holds the inbox row and the lease."""
@@ -143,29 +155,21 @@ def record(conn: Connection, s: StoreSettings, inbox: str, holder: str, generati
         error = validate.excerpt(error, 4000) or "error"
     rows = []
     if ids:
-        ours = and_(events.c.id.in_(ids), events.c.inbox == inbox, status_is("running"),
-                    events.c.claim_gen == generation)
-        values = {"status": "done", "finished": now, "error": None} if error is None else _failed(s, error, now)
-        rows = conn.execute(update(events).where(ours).values(**values)
-                            .returning(events.c.id, events.c.claimed_at)).all()
+        mine = {"p_ids": ids, "p_inbox": inbox, "p_gen": generation, "p_now": now}
+        if error is None:
+            rows = conn.execute(_DONE, mine).all()
+        else:
+            failed = update(events).where(_MINE).values(**_failed(s, error, now))
+            rows = conn.execute(failed.returning(events.c.id, events.c.claimed_at), mine).all()
         if not rows:
             return False  # already finished (a retried finish after an ambiguous commit) or reclaimed
     if error is None:
         apply_outcome(conn, s, inbox, outcome or Outcome(), now)
     mine_ids = sorted(r.id for r in rows)
     started = min((r.claimed_at for r in rows if r.claimed_at is not None), default=now)
-    conn.execute(
-        runs.insert().values(
-            inbox=inbox,
-            generation=generation,
-            holder=holder,
-            started=started,
-            finished=now,
-            outcome="done" if error is None else "error",
-            event_ids=mine_ids,
-            error=error,
-        )
-    )
+    conn.execute(_RUN, {"inbox": inbox, "generation": generation, "holder": holder, "started": started,
+                        "finished": now, "outcome": "done" if error is None else "error",
+                        "event_ids": mine_ids, "error": error})
     return True
 
 
@@ -224,6 +228,8 @@ def write_memory(conn: Connection, s: StoreSettings, inbox: str, writes: dict[st
             upsert(conn, memory, {"inbox": inbox, "key": key, "value": value, "updated": now}, ["inbox", "key"])
 
 
+_MEMORY = select(memory.c.key, memory.c.value).where(memory.c.inbox == bindparam("p_inbox")).order_by(memory.c.key)
+
+
 def read_memory(conn: Connection, inbox: str) -> dict[str, Any]:
-    rows = conn.execute(select(memory.c.key, memory.c.value).where(memory.c.inbox == inbox).order_by(memory.c.key))
-    return {r.key: r.value for r in rows}
+    return {r.key: r.value for r in conn.execute(_MEMORY, {"p_inbox": inbox})}

@@ -8,6 +8,7 @@ transaction is open (``dispatch`` sends between two of them).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -34,6 +35,10 @@ from .records import (
     TimerRow,
 )
 from .settings import StoreSettings
+
+
+# A pinned connection idle longer than this is checked again (see ``Store.pinned``).
+PINNED_IDLE_SECONDS = 1.0
 
 
 class Store:
@@ -66,28 +71,36 @@ class Store:
         """Run this thread's store calls on one pooled connection until the block ends.
 
         A worker task makes several short transactions (``start_run``, ``finish_and_claim``
-        ...): pinned, they cost one checkout, so one pre-ping round trip, instead of one each.
-        A connection lost inside the block is replaced at the next call. Nested blocks reuse
-        the outer one."""
-        if getattr(self._pinned, "conn", None) is not None:
+        ...): pinned, back-to-back ones share one checkout, so one pre-ping round trip. After
+        the connection sat idle longer than ``PINNED_IDLE_SECONDS`` (an agent's long step) it
+        goes back to the pool and the next call checks one out again, pre-ping included, so a
+        database restart during a long run costs nothing. Nested blocks reuse the outer one."""
+        local = self._pinned
+        if getattr(local, "conn", None) is not None:
             yield
             return
-        with self.engine.connect() as conn:
-            self._pinned.conn = conn
-            try:
-                yield
-            finally:
-                self._pinned.conn = None
+        local.conn, local.idle_since = self.engine.connect(), time.monotonic()
+        try:
+            yield
+        finally:
+            conn, local.conn = local.conn, None
+            conn.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
-        conn = getattr(self._pinned, "conn", None)
-        if conn is None:
+        local = self._pinned
+        if getattr(local, "conn", None) is None:
             with transaction(self.engine) as conn:
                 yield conn
-        else:
-            with conn.begin():
-                yield conn
+            return
+        if time.monotonic() - local.idle_since > PINNED_IDLE_SECONDS:
+            local.conn.close()
+            local.conn = self.engine.connect()
+        try:
+            with local.conn.begin():
+                yield local.conn
+        finally:
+            local.idle_since = time.monotonic()
 
     def ping(self) -> None:
         """Raises if the database cannot be reached."""

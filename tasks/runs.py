@@ -63,7 +63,7 @@ class Lease:
     generation: int
 
     def renew(self) -> bool:
-        return self.store.renew(self.inbox, self.holder, self.generation)
+        return _once_more_on_disconnect(lambda: self.store.renew(self.inbox, self.holder, self.generation))
 
 
 @app.task(name="wakeful.run_inbox", bind=True, soft_time_limit=settings.run_time_limit,
@@ -195,16 +195,16 @@ def _complete(lease: Lease, ids: list[int], claim_next: bool, result: dict[str, 
 
 
 def _once_more_on_disconnect(call: Callable[[], T]) -> T:
-    """A connection lost under a finish (a database restart, a failover) rolls it back; the
-    pool hands out a fresh connection, so try once more rather than lose the agent's work.
-    Safe: the finish re-checks the lease and each event's state, so one that did commit (an
-    ambiguous commit) is not applied twice."""
+    """A connection lost under a finish or a renewal (a database restart, a failover) rolls
+    it back; the next call gets a fresh connection, so try once more rather than lose the
+    agent's work. Safe: both re-check the lease, and the finish each event's state, so one
+    that did commit (an ambiguous commit) is not applied twice."""
     try:
         return call()
     except DBAPIError as exc:
         if not exc.connection_invalidated and not isinstance(exc, OperationalError):
             raise
-        log.warning("finish lost its database connection (%s); retrying once", exc.orig)
+        log.warning("a store call lost its database connection (%s); retrying once", exc.orig)
         return call()
 
 

@@ -218,3 +218,24 @@ def test_a_pinned_connection_lost_mid_task_is_replaced_at_the_next_call(pg_store
             store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
         step = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
     assert step.finished and step.released
+
+
+def test_a_pinned_connection_idle_past_the_threshold_is_checked_again(pg_store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """After an agent's long step the next call checks a connection out again (pre-ping
+    included): a restart during the step costs nothing."""
+    from sqlalchemy import text
+
+    import store.store
+
+    monkeypatch.setattr(store.store, "PINNED_IDLE_SECONDS", 0.0)
+    s = pg_store()
+    s.ingest("a", "chat", "m-1", {})
+    with s.pinned():
+        start = s.start_run("a", "A")
+        with s.engine.connect() as admin:
+            admin.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                               "WHERE application_name = 'wakeful' AND pid <> pg_backend_pid() "
+                               "AND datname = current_database()"))
+            admin.commit()
+        step = s.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+    assert step.finished and step.released

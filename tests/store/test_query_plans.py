@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql
 from store import Store
 from store.db import transaction
 from store.leases import claimable
-from store.runs import claim_statement
+from store.runs import CLAIM
 from store.tables import events, timers
 from store.timers import due_now
 
@@ -68,9 +68,10 @@ def test_the_claim_keeps_its_index_under_a_generic_plan(history: Store) -> None:
     """psycopg prepares a statement after five executions and PostgreSQL may then plan it once
     for any parameters: the status tests are literals, so even that plan of the claim's own
     UPDATE reads live rows through ix_events_live and never scans the inbox's history."""
-    query = claim_statement(history.settings, "i0", 3, 2_000_000)
-    compiled = query.compile(dialect=postgresql.dialect(paramstyle="numeric_dollar"))
-    args = ", ".join(repr(compiled.params[name]) for name in compiled.positiontup)
+    compiled = CLAIM.compile(dialect=postgresql.dialect(paramstyle="numeric_dollar"))
+    values = {"p_inbox": "i0", "p_gen": 3, "p_now": 2_000_000, "p_limit": 100}
+    params = compiled.construct_params(values)
+    args = ", ".join(repr(params[name]) for name in compiled.positiontup)
     with transaction(history.engine) as conn:
         conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
         conn.exec_driver_sql(f"PREPARE claim_probe AS {compiled}")
