@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -31,11 +32,11 @@ class Profiler:
 
     @staticmethod
     def available() -> bool:
-        return shutil.which("py-spy") is not None
+        return _py_spy() is not None
 
     def start(self, label: str, pid: int, seconds: float) -> None:
         out = self.directory / f"spy-{label}-{pid}.txt"
-        p = subprocess.Popen(["py-spy", "record", "--idle", "-r", "200", "-d", str(max(1, int(seconds))),
+        p = subprocess.Popen([_py_spy() or "py-spy", "record", "--idle", "-r", "200", "-d", str(max(1, int(seconds))),
                               "-f", "raw", "-o", str(out), "-p", str(pid)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append((label, p, out))
@@ -57,6 +58,12 @@ class Profiler:
                     merged[k] += v
         return {label: {k: round(100 * v / sum(c.values()), 1) for k, v in c.most_common()}
                 for label, c in shares.items()}
+
+
+def _py_spy() -> str | None:
+    """On PATH, or beside this interpreter (a virtualenv run without activating it)."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return shutil.which("py-spy") or (str(beside) if beside.exists() else None)
 
 
 def _bucket(stack: str) -> str:
