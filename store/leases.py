@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlalchemy import Connection, Row, and_, bindparam, exists, or_, select, update
+from sqlalchemy import Connection, Row, Update, and_, bindparam, case, exists, or_, select, update
 
 from . import counters
 from .db import NOW, insert
@@ -122,6 +122,15 @@ def resign(conn: Connection, inbox: str) -> None:
     conn.execute(_RESIGN, {"p_inbox": inbox})
 
 
+def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int) -> bool:
+    """For the holder, under the inbox lock: resign if nothing is claimable now, else extend
+    the lease for the claim that follows. One statement either way; True if it resigned.
+    (Claimable work cannot vanish before that claim: only claims under this lock take it.)"""
+    holder = conn.execute(_RESIGN_OR_EXTEND, {"p_inbox": inbox, "p_now": now,
+                                              "p_until": now + s.lease_ttl}).scalar_one()
+    return holder is None
+
+
 def claimable(inbox: str, generation: int | None, now: int):  # type: ignore[no-untyped-def]
     """Events a claim by ``generation`` would take now (or turn dead): pending past their
     backoff, or left running by an older generation."""
@@ -134,3 +143,19 @@ def claimable(inbox: str, generation: int | None, now: int):  # type: ignore[no-
 
 def has_claimable(conn: Connection, inbox: str, generation: int, now: int) -> bool:
     return bool(conn.execute(select(exists().where(claimable(inbox, generation, now)))).scalar())
+
+
+def _resign_or_extend() -> Update:
+    idle = ~exists().where(claimable(bindparam("p_inbox"), None, bindparam("p_now")))
+    return (
+        update(inboxes)
+        .where(inboxes.c.inbox == bindparam("p_inbox"))
+        .values(holder=case((idle, None), else_=inboxes.c.holder),
+                lease_until=case((idle, 0), else_=bindparam("p_until")))
+        # The holder itself, tested in Python: SQLite 3.40 returns 0 for "RETURNING holder
+        # IS NULL" on a row this UPDATE set to NULL (found by the store tests).
+        .returning(inboxes.c.holder)
+    )
+
+
+_RESIGN_OR_EXTEND = _resign_or_extend()

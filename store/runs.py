@@ -54,12 +54,10 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
         counters.bump(conn, counters.STALE_FINISHES_REFUSED)
         return RunStep(finished=False, events=[], released=False)
     finished = record(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
+    if leases.resign_if_idle(conn, s, inbox, now):  # else a full lease for the next batch
+        return RunStep(finished, [], released=True)
     batch = claim_batch(conn, s, inbox, generation, now)
-    if batch:
-        leases.extend(conn, s, inbox, now)  # a full lease for the next batch
-        return RunStep(finished, batch, released=False, memory=read_memory(conn, inbox))
-    leases.resign(conn, inbox)  # nothing claimable: the claim just looked, under the same lock
-    return RunStep(finished, [], released=True)
+    return RunStep(finished, batch, released=False, memory=read_memory(conn, inbox) if batch else {})
 
 
 def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> list[Event]:
