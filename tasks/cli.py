@@ -94,7 +94,11 @@ def up(
         if "web" in names and not _web_available():
             names.remove("web")
     _init()
-    honcho = shutil.which("honcho") or str(Path(sys.executable).with_name("honcho"))
+    # The Procfile's commands (celery, wakeful, python) are this interpreter's, also from a
+    # virtualenv that was never activated.
+    scripts = str(Path(sys.executable).parent)
+    os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+    honcho = shutil.which("honcho") or str(Path(scripts) / "honcho")
     os.execv(honcho, [honcho, "-f", str(path), "-d", str(Path.cwd()), "start", *names])
 
 
