@@ -55,21 +55,27 @@ def insert_event(conn: Connection, inbox: str, source: str, source_id: str, payl
     return stored is not None
 
 
+# Rows per INSERT statement in ``insert_events``: four parameters a row stays far below both
+# engines' limits on parameters per statement (PostgreSQL 65,535; SQLite 32,766).
+INSERT_CHUNK = 1000
+
+
 def insert_events(conn: Connection, items: list[tuple[str, str, str, dict[str, Any]]], now: int | None) -> list[bool]:
-    """One multi-row INSERT ... ON CONFLICT DO NOTHING; True per item that was stored.
+    """Multi-row INSERT ... ON CONFLICT DO NOTHING, ``INSERT_CHUNK`` rows a statement, all in
+    the caller's transaction; True per item that was stored.
 
     The same key twice in one batch is stored once (the first copy)."""
-    if not items:
-        return []
     created = clock_expr(now)
-    stored = conn.execute(
-        insert(conn, events)
-        .values([{"inbox": i, "source": s, "source_id": sid, "payload": p, "created": created}
-                 for i, s, sid, p in items])
-        .on_conflict_do_nothing(index_elements=["inbox", "source", "source_id"])
-        .returning(events.c.inbox, events.c.source, events.c.source_id)
-    ).all()
-    new = {tuple(r) for r in stored}
+    new: set[tuple[str, str, str]] = set()
+    for start in range(0, len(items), INSERT_CHUNK):
+        stored = conn.execute(
+            insert(conn, events)
+            .values([{"inbox": i, "source": s, "source_id": sid, "payload": p, "created": created}
+                     for i, s, sid, p in items[start:start + INSERT_CHUNK]])
+            .on_conflict_do_nothing(index_elements=["inbox", "source", "source_id"])
+            .returning(events.c.inbox, events.c.source, events.c.source_id)
+        ).all()
+        new.update(tuple(r) for r in stored)
     result = []
     for i, s, sid, _ in items:
         result.append((i, s, sid) in new)

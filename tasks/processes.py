@@ -27,6 +27,7 @@ class Proc:
     name: str
     popen: subprocess.Popen
     log: Path
+    ready_marker: str = " ready."  # what its log says once it works: a worker's line by default
 
     @property
     def pid(self) -> int:
@@ -51,7 +52,8 @@ class Processes:
     cwd: Path | None = None
     procs: list[Proc] = field(default_factory=list)
 
-    def start(self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> Proc:
+    def start(self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None,
+              ready_marker: str = " ready.") -> Proc:
         self.logdir.mkdir(parents=True, exist_ok=True)
         log = self.logdir / f"{name}.log"
         out = open(log, "ab")
@@ -59,7 +61,7 @@ class Processes:
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True)
         out.close()
-        proc = Proc(name, popen, log)
+        proc = Proc(name, popen, log, ready_marker)
         self.procs.append(proc)
         return proc
 
@@ -71,14 +73,13 @@ class Processes:
 
     def beat(self, name: str = "beat") -> Proc:
         return self.start(name, [sys.executable, "-m", "celery", "-A", "tasks", "beat",
-                                 "-l", "INFO"])
+                                 "-l", "INFO"], ready_marker="Sending due task")
 
     def wait_ready(self, *procs: Proc, timeout: float = 60.0) -> None:
         """Until each worker logged "ready." (beat: its first tick was sent)."""
         deadline = time.monotonic() + timeout
         for proc in procs:
-            marker = "Sending due task" if "beat" in proc.name else " ready."
-            while marker not in proc.text():
+            while proc.ready_marker not in proc.text():
                 if not proc.alive():
                     raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n"
                                        + proc.text()[-3000:])

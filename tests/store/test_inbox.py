@@ -106,6 +106,17 @@ def test_ingest_many_stores_a_batch_once(store: Store) -> None:
     assert store.ingest_many([], now=T) == []
 
 
+def test_ingest_many_takes_a_batch_past_the_engines_parameter_limits(store: Store) -> None:
+    """20,000 rows are 80,000 parameters: one statement would be refused by PostgreSQL (65,535)
+    and SQLite (32,766). The rows go in chunks, still in one transaction; a key repeated
+    across chunks is stored once, at its first copy."""
+    items = [(f"i-{n % 50}", "bulk", f"k-{n}", {"n": n}) for n in range(20_000)]
+    items.append(("i-0", "bulk", "k-0", {"copy": True}))
+    stored = store.ingest_many(items, now=T)
+    assert stored == [True] * 20_000 + [False]
+    assert len(store.events("i-7")) == 400
+
+
 def test_ingest_many_refuses_the_whole_batch_for_one_bad_item(store: Store) -> None:
     items = [("a", "chat", "m-1", {}), ("a", "chat", "m-2", ["not", "an", "object"])]
     with pytest.raises(InvalidEvent, match="item 1: payload must be a JSON object, got list"):
