@@ -37,3 +37,16 @@ def test_postgres_clock_is_the_real_time_not_the_transaction_start(pg_url: str) 
             assert clock(conn, None) > first
     finally:
         store.dispose()
+
+
+def test_events_are_vacuumed_and_analyzed_sooner_than_postgres_default(pg_url: str) -> None:
+    store = Store.connect(pg_url)
+    try:
+        with transaction(store.engine) as conn:
+            options = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'events'")).scalar()
+        assert set(options) == {"autovacuum_vacuum_scale_factor=0.05", "autovacuum_analyze_scale_factor=0.02"}
+        command.downgrade(config(store.engine), "0001")
+        with transaction(store.engine) as conn:
+            assert conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'events'")).scalar() is None
+    finally:
+        store.dispose()

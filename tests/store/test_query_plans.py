@@ -64,18 +64,27 @@ def test_a_claim_reads_live_events_through_the_partial_index(history: Store) -> 
     assert "ix_events_live" in plan(history, query)
 
 
+def generic_plan(store: Store, statement, values: dict) -> str:  # type: ignore[no-untyped-def]
+    """The plan PostgreSQL keeps for ``statement`` once psycopg has prepared it: a generic
+    plan, made without the parameters' values and cached for the connection's life."""
+    compiled = statement.compile(dialect=postgresql.dialect(paramstyle="numeric_dollar"))
+    params = compiled.construct_params(values)
+    args = ", ".join(repr(params[name]) for name in compiled.positiontup)
+    with transaction(store.engine) as conn:
+        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        conn.exec_driver_sql(f"PREPARE probe AS {compiled}")
+        plan = "\n".join(conn.exec_driver_sql(f"EXPLAIN EXECUTE probe({args})").scalars())
+        conn.exec_driver_sql("DEALLOCATE probe")
+    return plan
+
+
+CLAIM_VALUES = {"p_inbox": "i0", "p_gen": 3, "p_now": 2_000_000, "p_limit": 100}
+
+
 def test_the_claim_keeps_its_index_under_a_generic_plan(history: Store) -> None:
     """psycopg prepares a statement after five executions and PostgreSQL may then plan it once
     for any parameters: the status tests are literals, so even that plan of the claim's own
     UPDATE reads live rows through ix_events_live and never scans the inbox's history."""
-    compiled = CLAIM.compile(dialect=postgresql.dialect(paramstyle="numeric_dollar"))
-    values = {"p_inbox": "i0", "p_gen": 3, "p_now": 2_000_000, "p_limit": 100}
-    params = compiled.construct_params(values)
-    args = ", ".join(repr(params[name]) for name in compiled.positiontup)
-    with transaction(history.engine) as conn:
-        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
-        conn.exec_driver_sql(f"PREPARE claim_probe AS {compiled}")
-        generic = "\n".join(conn.exec_driver_sql(f"EXPLAIN EXECUTE claim_probe({args})").scalars())
-        conn.exec_driver_sql("DEALLOCATE claim_probe")
-    assert "ix_events_live" in generic and "uq_events_key" not in generic, generic
-    assert "Seq Scan on events" not in generic, generic
+    plan = generic_plan(history, CLAIM, CLAIM_VALUES)
+    assert "ix_events_live" in plan and "uq_events_key" not in plan, plan
+    assert "Seq Scan on events" not in plan, plan
