@@ -9,12 +9,13 @@ database's clock alone.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
-from sqlalchemy import Connection, Row, Update, and_, bindparam, case, exists, or_, select, update
+from sqlalchemy import Connection, Insert, Row, Update, and_, bindparam, case, exists, or_, select, update
 
 from . import counters
-from .db import NOW, insert
+from .db import NOW, dialect_insert
 from .settings import StoreSettings
 from .tables import events, inboxes, status_is
 
@@ -37,15 +38,21 @@ def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
     return conn.execute(_LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
 
 
+@functools.cache
+def _lock_or_create(dialect: str) -> Insert:
+    # ON CONFLICT DO UPDATE locks an existing row as FOR UPDATE would (and waits for it the
+    # same way); the no-op SET is what makes it return the row.
+    stmt = dialect_insert(dialect, inboxes).values(inbox=bindparam("p_inbox"))
+    return (
+        stmt.on_conflict_do_update(index_elements=["inbox"], set_={"inbox": stmt.excluded.inbox})
+        .returning(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
+                   NOW.label("now"))
+    )
+
+
 def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
-    row = lock(conn, inbox, now)
-    if row is None:
-        conn.execute(
-            insert(conn, inboxes).values(inbox=inbox).on_conflict_do_nothing(index_elements=["inbox"])
-        )
-        row = lock(conn, inbox, now)
-    assert row is not None
-    return row
+    """``lock``, creating the row first for an inbox never woken before: one statement."""
+    return conn.execute(_lock_or_create(conn.dialect.name), {"p_inbox": inbox, "p_now": now}).one()
 
 
 class Acquired(NamedTuple):
