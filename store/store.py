@@ -102,6 +102,19 @@ class Store:
         finally:
             local.idle_since = time.monotonic()
 
+    @contextmanager
+    def _statement(self) -> Iterator[Connection]:
+        """For one statement that is a whole transaction (an ingest). On PostgreSQL it runs
+        in autocommit: the statement commits itself, one round trip instead of three (BEGIN,
+        the statement, COMMIT), and as durable. Elsewhere, and on a pinned connection, it is
+        an ordinary transaction."""
+        if self.engine.dialect.name != "postgresql" or getattr(self._pinned, "conn", None) is not None:
+            with self._transaction() as conn:
+                yield conn
+            return
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            yield conn
+
     def ping(self) -> None:
         """Raises if the database cannot be reached."""
         with self.engine.connect() as conn:
@@ -115,7 +128,7 @@ class Store:
         validate.inbox(inbox)
         validate.key(source, source_id)
         validate.payload(payload, self.settings.max_payload_bytes)
-        with self._transaction() as conn:
+        with self._statement() as conn:
             return inbox_rules.insert_event(conn, inbox, source, source_id, payload, now)
 
     def ingest_many(self, items: Iterable[tuple[str, str, str, dict[str, Any]]], *,

@@ -239,3 +239,20 @@ def test_a_pinned_connection_idle_past_the_threshold_is_checked_again(pg_store, 
             admin.commit()
         step = s.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
     assert step.finished and step.released
+
+
+def test_an_ingest_is_one_autocommit_statement_and_durable_at_return(pg_store) -> None:  # type: ignore[no-untyped-def]
+    """No BEGIN and COMMIT round trips around the ingest's one INSERT on PostgreSQL: the
+    statement commits itself, and another session sees the event as soon as ingest returns."""
+    from sqlalchemy import event, text
+
+    store = pg_store()
+    sent: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda c, cur, st, *a: sent.append(st.split()[0]))
+    commits = [0]
+    event.listen(store.engine, "commit", lambda conn: commits.__setitem__(0, commits[0] + 1))
+    assert store.ingest("a", "chat", "m-1", {"text": "hi"}) is True
+    assert store.ingest("a", "chat", "m-1", {"text": "hi"}) is False
+    assert sent == ["INSERT", "INSERT"] and commits[0] == 0
+    with store.engine.connect() as other:
+        assert other.execute(text("SELECT count(*) FROM events WHERE inbox = 'a'")).scalar() == 1
