@@ -105,18 +105,18 @@ class Stack:
             "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-Q", ",".join(queues),
             "-c", str(concurrency), "--without-mingle", "--without-gossip"], env)
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
-        proc = self.procs.start(name, args, extra_env=env)
-        self._specs[proc.pid] = (name, args, env)
+    def _spawn(self, name: str, args: list[str], env: dict[str, str], ready_marker: str = " ready.") -> Proc:
+        proc = self.procs.start(name, args, extra_env=env, ready_marker=ready_marker)
+        self._specs[proc.pid] = (name, args, env, ready_marker)
         return proc
 
     def supervise(self) -> None:
         """Start again any process that died on its own (not killed by the scenario)."""
         for proc in list(self.procs.procs):
             if proc.pid in self._specs and proc.pid not in self._killed and not proc.alive():
-                name, args, env = self._specs.pop(proc.pid)
+                name, args, env, ready_marker = self._specs.pop(proc.pid)
                 self.crashes.append(f"{name} exited {proc.popen.returncode}: {_last_error(proc)}")
-                self._spawn(f"{name}-restarted", args, env)
+                self._spawn(f"{name}-restarted", args, env, ready_marker)
 
     def control(self, name: str = "control", *, faults: str = "", concurrency: int = 2,
                 extra_env: dict[str, str] | None = None) -> Proc:
@@ -125,7 +125,7 @@ class Stack:
 
     def beat(self, name: str = "beat") -> Proc:
         return self._spawn(name, [sys.executable, "-m", "celery", "-A", "tasks", "beat",
-                                  "-l", "INFO"], {})
+                                  "-l", "INFO"], {}, ready_marker="Sending due task")
 
     def ready(self, *procs: Proc, timeout: float = 90.0) -> None:
         self.procs.wait_ready(*procs, timeout=timeout)

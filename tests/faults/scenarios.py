@@ -117,7 +117,7 @@ def pause_past_lease(make_stack: MakeStack, rng: random.Random, scale: int = 1) 
         blocked = s.wait(lambda: s.announced("after_claim", "sleep", after=mark),
                          "the worker at after_claim")
         s.kill(paused, signal.SIGSTOP)
-        taker = s.worker(f"runs-taker-{phase[:3]}")  # a name with "beat" would be waited on as a beat
+        taker = s.worker(f"runs-taker-{phase[:3]}")
         s.ready(taker)
         s.wait(lambda: s.settled([inbox]), "the takeover finished the event")
         s.kill(paused, signal.SIGCONT)
