@@ -1,10 +1,11 @@
 """One worker per inbox: a lease with a generation (fencing token).
 
-Four short statements, River's shape plus a generation: take (or renew), renew only if still
-mine, resign, and the check every fenced write makes. The inbox row is locked
-(``SELECT ... FOR UPDATE``) by the statement that also reads the database's clock, so
-concurrent decisions about one inbox serialize on that row and expiry is judged on the
-database's clock alone.
+River's shape plus a generation: take (or renew), renew only if still mine, resign (or, for
+the holder after a finish, resign-or-extend in one statement), and the check every fenced
+write makes. The inbox row is locked (``SELECT ... FOR UPDATE``, or the upsert that creates
+it on a first wake) by the statement that also reads the database's clock, so concurrent
+decisions about one inbox serialize on that row and expiry is judged on the database's
+clock alone.
 """
 
 from __future__ import annotations
