@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Insert, Row, Update, and_, bindparam, case, e
 from . import counters
 from .db import NOW, dialect_insert
 from .settings import StoreSettings
-from .tables import events, inboxes, status_is
+from .tables import events, inboxes, memory, status_is
 
 
 _LOCK = (
@@ -47,7 +47,10 @@ def _lock_or_create(dialect: str) -> Insert:
     return (
         stmt.on_conflict_do_update(index_elements=["inbox"], set_={"inbox": stmt.excluded.inbox})
         .returning(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
-                   NOW.label("now"))
+                   NOW.label("now"),
+                   # Whether a run must read the inbox's memory at all: most agents keep
+                   # none here, and then the read is a round trip for nothing.
+                   exists().where(memory.c.inbox == bindparam("p_inbox")).label("has_memory"))
     )
 
 
@@ -60,6 +63,7 @@ class Acquired(NamedTuple):
     generation: int | None  # None: someone else holds a live lease
     now: int
     took_over: bool  # the lease lapsed in another holder's hands (it may have left rows running)
+    has_memory: bool  # the inbox has memory keys (read under the same lock)
 
 
 def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> Acquired:
@@ -75,9 +79,9 @@ def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: in
         if took_over:
             counters.bump(conn, counters.LEASE_TAKEOVERS)
     else:
-        return Acquired(None, now, False)
+        return Acquired(None, now, False, bool(row.has_memory))
     take(conn, s, inbox, now, holder, generation)
-    return Acquired(generation, now, took_over)
+    return Acquired(generation, now, took_over, bool(row.has_memory))
 
 
 _EXTEND = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(lease_until=bindparam("p_until"))

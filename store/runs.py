@@ -41,7 +41,7 @@ def start(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int 
     if got.generation is None:
         return RunStart(None, [])
     batch = claim_batch(conn, s, inbox, got.generation, got.now)
-    return RunStart(got.generation, batch, read_memory(conn, inbox) if batch else {})
+    return RunStart(got.generation, batch, read_memory(conn, inbox) if batch and got.has_memory else {})
 
 
 def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
