@@ -115,6 +115,11 @@ class Store:
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             yield conn
 
+    def clock(self) -> int:
+        """The database's clock, integer seconds: the one every stored time is read on."""
+        with self._transaction() as conn:
+            return clock(conn, None)
+
     def ping(self) -> None:
         """Raises if the database cannot be reached."""
         with self.engine.connect() as conn:

@@ -19,7 +19,6 @@ Nothing new means no message (only the watermark moves) and an INFO log line.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -78,7 +77,10 @@ def write_summary(store: Store, operator_inbox: str | None, holder: str = HOLDER
     written; the caller retries). ``ring_inbox`` is called with the operator inbox when events
     are waiting in it after the summary let go of its lease.
     """
-    until = now if now is not None else int(time.time())
+    # The database's clock, like the finish times it is compared with: on a worker's clock
+    # running ahead, the watermark would pass incidents that had not happened yet, and the
+    # next summary would start after them.
+    until = now if now is not None else store.clock()
     if not operator_inbox:
         text = render(store.incidents(until - DAY), until - DAY, until)
         _log(text)

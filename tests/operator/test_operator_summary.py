@@ -126,3 +126,18 @@ def test_flower_shows_each_runs_inbox_and_summary() -> None:
     assert columns[:3] == ["name", "args", "result"]
     _, chosen = flower_command(s, {"FLOWER_TASKS_COLUMNS": "name,state"})
     assert chosen["FLOWER_TASKS_COLUMNS"] == "name,state"  # the operator's choice stands
+
+
+def test_summary_window_ends_on_the_database_clock_not_the_workers(
+        make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose clock runs ten minutes ahead must not move the watermark past
+    incidents that have not happened yet (they would fall between two summaries)."""
+    import time
+
+    store = make_store()
+    database_now = store.clock()
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 600)
+    result = write_summary(store, "ops")
+    assert database_now <= result["until"] <= database_now + 60
+    assert store.memory("ops")[WATERMARK] == result["until"]
