@@ -20,6 +20,7 @@ from .records import Event, InvalidEvent, Message, Outcome, RunStart, RunStep
 from .settings import StoreSettings
 from .tables import events, memory, outbox, runs, status_is
 
+
 def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> leases.Acquired:
     """Take the lease; after a takeover, first put right what the lapsed holder left."""
     got = leases.acquire(conn, s, inbox, holder, now)

@@ -137,7 +137,7 @@ def _loop(lease: Lease, agent: Agent, events: list[Event], memory: dict[str, Any
 
 def _run_once(lease: Lease, agent: Agent, events: list[Event], memory: dict[str, Any],
               claim_next: bool) -> tuple[dict[str, Any], RunStep]:
-    store, inbox = lease.store, lease.inbox
+    inbox = lease.inbox
     ids = [e.id for e in events]
     result: dict[str, Any] = {"events": ids}
     run = Run(inbox=inbox, events=events, generation=lease.generation,
