@@ -199,21 +199,27 @@ def test_a_stuck_transaction_on_an_inbox_makes_acquire_say_held_not_wait(pg_stor
     assert store.renew("stuck", "A", 1) is True  # the lock is gone with the transaction
 
 
+def cut_connections(store: Store) -> None:
+    """Every other session of this store's database ends, as in a restart or a failover."""
+    from sqlalchemy import text
+
+    with store.engine.connect() as admin:
+        admin.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE application_name = 'wakeful' AND pid <> pg_backend_pid() "
+                           "AND datname = current_database()"))
+        admin.commit()
+
+
 def test_a_pinned_connection_lost_mid_task_is_replaced_at_the_next_call(pg_store) -> None:  # type: ignore[no-untyped-def]
     """A database restart between two calls of a task: the call that meets the dead
     connection fails (and changes nothing), the next one gets a fresh connection."""
-    from sqlalchemy import text
     from sqlalchemy.exc import DBAPIError
 
     store = pg_store()
     store.ingest("a", "chat", "m-1", {})
     with store.pinned():
         start = store.start_run("a", "A")
-        with store.engine.connect() as admin:
-            admin.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                               "WHERE application_name = 'wakeful' AND pid <> pg_backend_pid() "
-                               "AND datname = current_database()"))
-            admin.commit()
+        cut_connections(store)
         with pytest.raises(DBAPIError):
             store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
         step = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
@@ -223,8 +229,6 @@ def test_a_pinned_connection_lost_mid_task_is_replaced_at_the_next_call(pg_store
 def test_a_pinned_connection_idle_past_the_threshold_is_checked_again(pg_store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """After an agent's long step the next call checks a connection out again (pre-ping
     included): a restart during the step costs nothing."""
-    from sqlalchemy import text
-
     import store.store
 
     monkeypatch.setattr(store.store, "PINNED_IDLE_SECONDS", 0.0)
@@ -232,11 +236,7 @@ def test_a_pinned_connection_idle_past_the_threshold_is_checked_again(pg_store, 
     s.ingest("a", "chat", "m-1", {})
     with s.pinned():
         start = s.start_run("a", "A")
-        with s.engine.connect() as admin:
-            admin.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                               "WHERE application_name = 'wakeful' AND pid <> pg_backend_pid() "
-                               "AND datname = current_database()"))
-            admin.commit()
+        cut_connections(s)
         step = s.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
     assert step.finished and step.released
 
