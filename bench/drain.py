@@ -18,6 +18,7 @@ from tasks.celeryconfig import DEFAULT_QUEUE, RUNS_QUEUE
 
 from bench import env
 from bench.context import Context
+from bench.cpu import CpuMeter
 from bench.queues import drain_rate
 
 INBOXES = 1000
@@ -62,7 +63,9 @@ def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, i
                 profiler.start("main process", w.popen.pid, expected * 0.8)
 
         try:
-            rate = drain_rate(app, w, RUNS_QUEUE, len(items), fill, r, extra=lambda: live() == 0)
+            cpu: dict[str, float] = {}
+            rate = drain_rate(app, w, RUNS_QUEUE, len(items), fill, r, extra=lambda: live() == 0, cpu=cpu)
+            ctx.results.notes[f"cpu_ms_per_event_{per_wake}"] = cpu
         except TimeoutError as exc:
             left = env.sql(ctx.main_db, "SELECT status, attempts, not_before > 0, left(error, 200), count(*)"
                            " FROM events WHERE status IN ('pending', 'running') GROUP BY 1, 2, 3, 4")
@@ -88,9 +91,10 @@ def procrastinate_rate(ctx: Context, db: str, jobs: int, keys: int = INBOXES) ->
     env.sql(db, "ANALYZE procrastinate_jobs")
     procs = [_start_procrastinate(ctx, db, n) for n in range(env.CONCURRENCY)]
     peak: dict[int, int] = {}
+    meter = CpuMeter({p.pid: "pool" for p in procs})
     try:
         deadline = time.monotonic() + 600
-        with psycopg.connect(env.pg_conninfo(db), autocommit=True) as conn:
+        with meter, psycopg.connect(env.pg_conninfo(db), autocommit=True) as conn:
             while conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')").fetchone()[0]:
                 for p in procs:
                     _sample(p.pid, peak)
@@ -102,6 +106,8 @@ def procrastinate_rate(ctx: Context, db: str, jobs: int, keys: int = INBOXES) ->
                 " count(*) FILTER (WHERE type = 'failed') FROM procrastinate_events").fetchone()
         if failed:
             raise RuntimeError(f"{failed} procrastinate jobs failed")
+        # Worker start-up (imports, connecting) is inside this window, unlike the rate's.
+        ctx.results.notes["cpu_ms_per_procrastinate_job"] = meter.per_item(jobs)
     finally:
         for p in procs:
             _sample(p.pid, peak)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import redis
 
+from bench.cpu import CpuMeter, worker_kinds
 from bench.env import Worker
 
 
@@ -32,18 +33,23 @@ def wait_drained(r: redis.Redis, queue: str, timeout: float, extra: Callable[[],
 
 
 def drain_rate(app, worker: Worker, queue: str, n: int, fill: Callable[[], None], r: redis.Redis,
-               timeout: float = 300, extra: Callable[[], bool] | None = None) -> float:
+               timeout: float = 300, extra: Callable[[], bool] | None = None,
+               cpu: dict[str, float] | None = None) -> float:
     """Messages per second: ``fill()`` puts ``n`` messages on ``queue`` while ``worker``
-    does not consume it, then the worker drains them."""
+    does not consume it, then the worker drains them. ``cpu``, if given, receives the CPU
+    milliseconds per message each kind of process spent during the drain (bench/cpu.py)."""
     wait_drained(r, queue, timeout)
     reply = app.control.cancel_consumer(queue, destination=[worker.nodename], reply=True, timeout=5)
     if not reply:
         raise RuntimeError(f"{worker.name} did not answer cancel_consumer")
     fill()
-    start = time.perf_counter()
-    reply = app.control.add_consumer(queue, destination=[worker.nodename], reply=True, timeout=5)
-    if not reply:
-        raise RuntimeError(f"{worker.name} did not answer add_consumer")
-    elapsed = (time.perf_counter() - start) + wait_drained(r, queue, timeout, extra)
+    with CpuMeter(worker_kinds(worker.popen.pid, worker.children())) as meter:
+        start = time.perf_counter()
+        reply = app.control.add_consumer(queue, destination=[worker.nodename], reply=True, timeout=5)
+        if not reply:
+            raise RuntimeError(f"{worker.name} did not answer add_consumer")
+        elapsed = (time.perf_counter() - start) + wait_drained(r, queue, timeout, extra)
+    if cpu is not None:
+        cpu.update(meter.per_item(n))
     worker.sample_rss()
     return n / elapsed

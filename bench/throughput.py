@@ -38,10 +38,13 @@ def run(ctx: Context) -> None:
     # Warm-up: both workers' children have run tasks and opened their connections.
     drain_rate(app, w, DEFAULT_QUEUE, n // 5, _fill(app, n // 5), r)
     drain_rate(papp, p, peer.QUEUE, n // 5, lambda: [papp.send_task("bench.noop", queue=peer.QUEUE) for _ in range(n // 5)], r)
+    cpu_ingest: dict[str, float] = {}
+    cpu_noop: dict[str, float] = {}
+    ctx.results.notes.update(cpu_ms_per_ingest=cpu_ingest, cpu_ms_per_noop=cpu_noop)  # the last run's
     for rep in range(ctx.sizes.reps):
-        rate = drain_rate(app, w, DEFAULT_QUEUE, n, fill_ingest, r)
+        rate = drain_rate(app, w, DEFAULT_QUEUE, n, fill_ingest, r, cpu=cpu_ingest)
         ctx.results.add("ingest_per_s", rate)
-        noop = drain_rate(papp, p, peer.QUEUE, n, fill_noop, r)
+        noop = drain_rate(papp, p, peer.QUEUE, n, fill_noop, r, cpu=cpu_noop)
         ctx.results.add("celery_noop_per_s", noop)
         ctx.progress(f"ingest {rep + 1}/{ctx.sizes.reps}: wakeful.ingest {rate:,.0f}/s, "
                      f"celery no-op {noop:,.0f}/s")
