@@ -48,7 +48,9 @@ def drain_rate(app, worker: Worker, queue: str, n: int, fill: Callable[[], None]
         reply = app.control.add_consumer(queue, destination=[worker.nodename], reply=True, timeout=5)
         if not reply:
             raise RuntimeError(f"{worker.name} did not answer add_consumer")
-        elapsed = (time.perf_counter() - start) + wait_drained(r, queue, timeout, extra)
+        # Polled every 10 ms, as procrastinate's drain is: the bench shares the two cores it
+        # measures (every 3 ms cost ~0.4 ms of CPU per drained message, bench/cpu.py).
+        elapsed = (time.perf_counter() - start) + wait_drained(r, queue, timeout, extra, poll=0.01)
     if cpu is not None:
         cpu.update(meter.per_item(n))
     worker.sample_rss()

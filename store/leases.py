@@ -68,6 +68,15 @@ class Acquired(NamedTuple):
 
 def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> Acquired:
     """Take or renew the lease."""
+    got = decide(conn, inbox, holder, now)
+    if got.generation is not None:
+        take(conn, s, inbox, got.now, holder, got.generation)
+    return got
+
+
+def decide(conn: Connection, inbox: str, holder: str, now: int | None) -> Acquired:
+    """Lock the inbox and decide whether ``holder`` gets the lease, and which generation;
+    the caller writes it (``take``) before the transaction ends."""
     row = lock_or_create(conn, inbox, now)
     now = int(row.now)
     took_over = False
@@ -80,12 +89,11 @@ def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: in
             counters.bump(conn, counters.LEASE_TAKEOVERS)
     else:
         return Acquired(None, now, False, bool(row.has_memory))
-    take(conn, s, inbox, now, holder, generation)
     return Acquired(generation, now, took_over, bool(row.has_memory))
 
 
 _EXTEND = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(lease_until=bindparam("p_until"))
-_TAKE = _EXTEND.values(holder=bindparam("p_holder"), generation=bindparam("p_generation"))
+TAKE = _EXTEND.values(holder=bindparam("p_holder"), generation=bindparam("p_generation"))
 _RESIGN = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(holder=None, lease_until=0)
 
 
@@ -95,7 +103,7 @@ def extend(conn: Connection, s: StoreSettings, inbox: str, now: int) -> None:
 
 
 def take(conn: Connection, s: StoreSettings, inbox: str, now: int, holder: str, generation: int) -> None:
-    conn.execute(_TAKE, {"p_inbox": inbox, "p_until": now + s.lease_ttl, "p_holder": holder,
+    conn.execute(TAKE, {"p_inbox": inbox, "p_until": now + s.lease_ttl, "p_holder": holder,
                          "p_generation": generation})
 
 

@@ -18,7 +18,7 @@ from .inbox import EVENT_COLUMNS, to_event
 from .db import upsert
 from .records import Event, InvalidEvent, Message, Outcome, RunStart, RunStep
 from .settings import StoreSettings
-from .tables import events, memory, outbox, runs, status_is
+from .tables import events, inboxes, memory, outbox, runs, status_is
 
 
 def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> leases.Acquired:
@@ -38,11 +38,28 @@ def claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generatio
 
 def start(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> RunStart:
     """acquire + claim (+ the memory the run will see) in one transaction."""
-    got = acquire(conn, s, inbox, holder, now)
+    got = leases.decide(conn, inbox, holder, now)
     if got.generation is None:
         return RunStart(None, [])
-    batch = claim_batch(conn, s, inbox, got.generation, got.now)
+    if got.took_over:
+        _tidy(conn, s, inbox, got.generation, got.now)
+    batch = take_and_claim(conn, s, inbox, holder, got.generation, got.now)
     return RunStart(got.generation, batch, read_memory(conn, inbox) if batch and got.has_memory else {})
+
+
+def take_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
+                   now: int) -> list[Event]:
+    """Write the lease ``decide`` granted, then ``claim_batch``. On PostgreSQL the lease
+    write rides in the claim's statement, as a data-modifying CTE: one round trip less on
+    every wake. The inbox row is already locked, so the claim's snapshot, taken when that
+    statement starts, sees every event committed before the lock was granted."""
+    if conn.dialect.name != "postgresql":  # SQLite has no data-modifying CTEs
+        leases.take(conn, s, inbox, now, holder, generation)
+        return claim_batch(conn, s, inbox, generation, now)
+    rows = conn.execute(TAKE_AND_CLAIM, {"p_inbox": inbox, "p_gen": generation, "p_now": now,
+                                         "p_limit": s.batch_limit, "p_holder": holder,
+                                         "p_generation": generation, "p_until": now + s.lease_ttl}).all()
+    return _events(rows)
 
 
 def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
@@ -72,6 +89,10 @@ def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int,
     rows dead itself (``record``)."""
     rows = conn.execute(CLAIM, {"p_inbox": inbox, "p_gen": generation, "p_now": now,
                                 "p_limit": s.batch_limit}).all()
+    return _events(rows)
+
+
+def _events(rows: Iterable[Any]) -> list[Event]:
     return sorted((to_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
 
 
@@ -95,6 +116,7 @@ def _claim_statement() -> Update:
 
 
 CLAIM = _claim_statement()  # built once: see store.db.NOW
+TAKE_AND_CLAIM = CLAIM.add_cte(leases.TAKE.returning(inboxes.c.inbox).cte("take_lease"))
 
 
 def _tidy(conn: Connection, s: StoreSettings, inbox: str, generation: int, now: int) -> None:
