@@ -146,7 +146,7 @@ def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int) -> 
     """For the holder, under the inbox lock: resign if nothing is claimable now, else extend
     the lease for the claim that follows. One statement either way; True if it resigned.
     (Claimable work cannot vanish before that claim: only claims under this lock take it.)"""
-    holder = conn.execute(_RESIGN_OR_EXTEND, {"p_inbox": inbox, "p_now": now,
+    holder = conn.execute(RESIGN_OR_EXTEND, {"p_inbox": inbox, "p_now": now,
                                               "p_until": now + s.lease_ttl}).scalar_one()
     return holder is None
 
@@ -178,4 +178,4 @@ def _resign_or_extend() -> Update:
     )
 
 
-_RESIGN_OR_EXTEND = _resign_or_extend()
+RESIGN_OR_EXTEND = _resign_or_extend()

@@ -71,8 +71,8 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
     if now is None:
         counters.bump(conn, counters.STALE_FINISHES_REFUSED)
         return RunStep(finished=False, events=[], released=False)
-    finished = record(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
-    if leases.resign_if_idle(conn, s, inbox, now):  # else a full lease for the next batch
+    finished, log = complete(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
+    if _log_and_resign_if_idle(conn, s, inbox, now, log):  # else a full lease for the next batch
         return RunStep(finished, [], released=True)
     batch = claim_batch(conn, s, inbox, generation, now)
     return RunStep(finished, batch, released=False, memory=read_memory(conn, inbox) if batch else {})
@@ -165,12 +165,40 @@ _MINE = and_(events.c.id.in_(bindparam("p_ids", expanding=True)), events.c.inbox
              status_is("running"), events.c.claim_gen == bindparam("p_gen"))
 _DONE = (update(events).where(_MINE).values(status="done", finished=bindparam("p_now"), error=None)
          .returning(events.c.id, events.c.claimed_at))
-_RUN = runs.insert()
+_LOG_RUN = runs.insert().values(
+    inbox=bindparam("p_inbox"), generation=bindparam("p_gen"), holder=bindparam("p_holder"),
+    started=bindparam("p_started"), finished=bindparam("p_now"), outcome=bindparam("p_outcome"),
+    event_ids=bindparam("p_event_ids"), error=bindparam("p_error"))
+# On PostgreSQL the run's log row rides in the statement that resigns or extends the lease.
+_LOG_AND_RESIGN_OR_EXTEND = leases.RESIGN_OR_EXTEND.add_cte(_LOG_RUN.returning(runs.c.id).cte("run_log"))
 
 
 def record(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
            event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int) -> bool:
     """A run's completion, for a caller that already holds the inbox row and the lease."""
+    finished, log = complete(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
+    if log is not None:
+        conn.execute(_LOG_RUN, log)
+    return finished
+
+
+def _log_and_resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
+                            log: dict[str, Any] | None) -> bool:
+    """Write the run's log row (if any) and ``leases.resign_if_idle``: on PostgreSQL, one
+    statement (a data-modifying CTE), one round trip less on every wake."""
+    if log is None or conn.dialect.name != "postgresql":
+        if log is not None:
+            conn.execute(_LOG_RUN, log)
+        return leases.resign_if_idle(conn, s, inbox, now)
+    holder = conn.execute(_LOG_AND_RESIGN_OR_EXTEND, {**log, "p_until": now + s.lease_ttl}).scalar_one()
+    return holder is None  # see leases.resign_if_idle
+
+
+def complete(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
+             event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int
+             ) -> tuple[bool, dict[str, Any] | None]:
+    """``record`` without its last statement: finish the events and apply the outcome, and
+    return (finished, the parameters of the run's log row, or None when nothing finished)."""
     ids = sorted(set(event_ids))
     if error is not None:
         error = validate.excerpt(error, 4000) or "error"
@@ -183,15 +211,13 @@ def record(conn: Connection, s: StoreSettings, inbox: str, holder: str, generati
             failed = update(events).where(_MINE).values(**_failed(s, error, now))
             rows = conn.execute(failed.returning(events.c.id, events.c.claimed_at), mine).all()
         if not rows:
-            return False  # already finished (a retried finish after an ambiguous commit) or reclaimed
+            return False, None  # already finished (a retried finish after an ambiguous commit) or reclaimed
     if error is None:
         apply_outcome(conn, s, inbox, outcome or Outcome(), now)
-    mine_ids = sorted(r.id for r in rows)
     started = min((r.claimed_at for r in rows if r.claimed_at is not None), default=now)
-    conn.execute(_RUN, {"inbox": inbox, "generation": generation, "holder": holder, "started": started,
-                        "finished": now, "outcome": "done" if error is None else "error",
-                        "event_ids": mine_ids, "error": error})
-    return True
+    return True, {"p_inbox": inbox, "p_gen": generation, "p_holder": holder, "p_started": started,
+                  "p_now": now, "p_outcome": "done" if error is None else "error",
+                  "p_event_ids": sorted(r.id for r in rows), "p_error": error}
 
 
 def backoff(s: StoreSettings, attempts: int) -> int:

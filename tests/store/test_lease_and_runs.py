@@ -329,6 +329,23 @@ def test_finish_and_claim_hands_back_the_next_batch_with_a_fresh_lease(store: St
     assert store.acquire("a", "B", now=T + 100 + TTL) is None  # extended from T + 100
 
 
+def test_finish_and_claim_logs_each_run_it_finishes(store: Store) -> None:
+    """The run log (the checker's proof that runs never overlapped) gets one row per
+    committed finish, whether the lease is then extended, released, or the run failed."""
+    fill(store, "a", "m-1")
+    start = store.start_run("a", "A", now=T)
+    fill(store, "a", "m-2", now=T + 5)
+    first = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events], now=T + 10)
+    second = store.finish_and_claim("a", "A", start.generation, [e.id for e in first.events],
+                                    error="boom", now=T + 20)
+    assert not first.released and second.released
+    log = sorted(store.runs("a"), key=lambda r: r.id)
+    ids = [e.id for e in start.events], [e.id for e in first.events]
+    assert [(r.generation, r.holder, r.started, r.finished, r.outcome, list(r.event_ids), r.error)
+            for r in log] == [(start.generation, "A", T, T + 10, "done", ids[0], None),
+                              (start.generation, "A", T + 10, T + 20, "error", ids[1], "boom")]
+
+
 def test_start_run_refuses_while_another_holds_the_lease(store: Store) -> None:
     fill(store, "a", "m-1")
     store.acquire("a", "A", now=T)
