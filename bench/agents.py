@@ -75,7 +75,7 @@ def _listen() -> None:
         _counts["rollbacks"] += 1
 
     def checkout(*_a: Any, **_k: Any) -> None:
-        _counts["checkouts"] += 1  # a "SELECT 1" round trip each, after 1 s idle (store.db)
+        _counts["checkouts"] += 1  # with pool_pre_ping: one "SELECT 1" round trip each
 
     # Class-level listeners reach engines created before this module was imported.
     event.listen(Engine, "before_cursor_execute", statement)

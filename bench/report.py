@@ -108,12 +108,37 @@ def table(results: Results) -> tuple[str, dict[str, Any]]:
     lines += [f"| `{k}` | {_f(v)} |" for k, v in r.items()]
     lines += ["", "| target (issue 5) | met | measured |", "|---|---|---:|"]
     lines += [f"| {name} | {'yes' if ok else ('no' if ok is False else '-')} | {got} |" for name, ok, got in targets(m, r)]
+    lines += _cpu_table(results.notes)
     data: dict[str, Any] = {k: (round(v, 3) if v is not None else None) for k, v in m.items()}
     data.update({k: (round(v, 3) if v is not None else None) for k, v in r.items()})
     data["samples"] = {k: [round(x, 3) for x in v] for k, v in results.samples.items()}
     data["targets"] = {name: ok for name, ok, _ in targets(m, r)}
     data["notes"] = results.notes
     return "\n".join(lines), data
+
+
+# (note key, what one item is), from bench/cpu.py: CPU per message, by kind of process.
+CPU_NOTES = [
+    ("cpu_ms_per_noop", "Celery no-op task"),
+    ("cpu_ms_per_ingest", "wakeful.ingest task"),
+    ("cpu_ms_per_event_1", "event, drain at 1 per wake"),
+    ("cpu_ms_per_event_10", "event, drain at 10 per wake"),
+    ("cpu_ms_per_procrastinate_job", "procrastinate job (worker start-up included)"),
+]
+CPU_KINDS = ("worker main", "pool", "postgres", "redis", "bench", "total")
+
+
+def _cpu_table(notes: dict[str, Any]) -> list[str]:
+    """Where each figure's CPU went, from its last run: the sum over the machine's cores
+    is the floor of what one item costs, and the biggest column is the first to cut."""
+    rows = [(label, notes[key]) for key, label in CPU_NOTES if notes.get(key)]
+    if not rows:
+        return []
+    out = ["", "| CPU ms per item (last run) | " + " | ".join(CPU_KINDS) + " |",
+           "|---|" + "---:|" * len(CPU_KINDS)]
+    for label, cpu in rows:
+        out.append(f"| {label} | " + " | ".join(_f(cpu.get(k)) for k in CPU_KINDS) + " |")
+    return out
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

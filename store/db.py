@@ -9,8 +9,7 @@ PostgreSQL: READ COMMITTED; per-inbox decisions serialize on the inbox row
 so a long wait means a paused or stuck process holds the lock: ``lock_timeout`` bounds how
 long a statement waits for it (``lock_timed_out`` tells that error apart), and
 ``idle_in_transaction_session_timeout`` ends the session of a client that stalls inside a
-transaction. A pooled connection that sat unused for a while is pinged before it is handed
-out (``_ping_when_idle``), so the pool survives a database restart.
+transaction. ``pool_pre_ping`` lets pooled connections survive a database restart.
 
 Time is integer seconds. ``now=None`` means the database's clock: ``clock_timestamp()`` on
 PostgreSQL (the real time, not the transaction's start that ``now()`` returns), read by the
@@ -20,7 +19,6 @@ statement that locks the inbox row (see ``leases.lock``).
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -45,7 +43,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import InvalidatePoolError, OperationalError
+from sqlalchemy.exc import OperationalError
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -54,13 +52,6 @@ _SQLITE_NOW = "CAST(strftime('%s', 'now') AS INTEGER)"
 
 
 IDLE_IN_TRANSACTION_MS = 15_000  # no store transaction idles for even a second on purpose
-
-# A pooled connection unused for longer than this is pinged ("SELECT 1") when checked out.
-# One used moments ago is handed out as is: a worker's back-to-back tasks and ingests skip a
-# round trip each (with pool_pre_ping it was one in two of an ingest's). A connection that
-# died within this window fails its next statement, which changes nothing and invalidates
-# the pool, as if the restart had happened during that statement.
-IDLE_PING_SECONDS = 1.0
 
 
 def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5) -> Engine:
@@ -75,10 +66,11 @@ def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         if parsed.drivername == "postgresql":
             url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-        engine = create_engine(
+        return create_engine(
             url,
             pool_size=pool_size,
             max_overflow=4,
+            pool_pre_ping=True,
             pool_recycle=1800,
             connect_args={
                 "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
@@ -86,33 +78,8 @@ def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5) -> Engine:
                 "application_name": "wakeful",
             },
         )
-        _ping_when_idle(engine)
-        return engine
     raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: "
                      "use sqlite:///path or postgresql+psycopg://...")
-
-
-def _ping_when_idle(engine: Engine) -> None:
-    """``pool_pre_ping``, but only for a connection idle longer than ``IDLE_PING_SECONDS``.
-
-    A caller that kept a connection checked out while idle (``Store.pinned``) records when
-    it last used it in ``Connection.info["last_used"]`` before giving it back."""
-
-    @event.listens_for(engine, "checkin")
-    def _checked_in(dbapi_connection, record):  # type: ignore[no-untyped-def]
-        record.info["idle_since"] = record.info.pop("last_used", None) or time.monotonic()
-
-    @event.listens_for(engine, "checkout")
-    def _checked_out(dbapi_connection, record, proxy):  # type: ignore[no-untyped-def]
-        idle_since = record.info.pop("idle_since", None)
-        if idle_since is None or time.monotonic() - idle_since <= IDLE_PING_SECONDS:
-            return  # a new connection, or one used moments ago
-        try:
-            engine.dialect.do_ping(dbapi_connection)
-        except engine.dialect.loaded_dbapi.Error as exc:
-            # As pool_pre_ping does: drop this connection and every one pooled before it
-            # (a restart killed them all); the pool retries with a new connection.
-            raise InvalidatePoolError(f"pre-ping failed: {exc}") from exc
 
 
 def _sqlite_engine(url: str, path: str | None) -> Engine:

@@ -18,7 +18,6 @@ from sqlalchemy.exc import OperationalError
 
 from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
 from . import counters as counter_rules
-from . import db
 from .db import clock, create, lock_timed_out, transaction
 from .records import (
     Approval,
@@ -37,6 +36,9 @@ from .records import (
 )
 from .settings import StoreSettings
 
+
+# A pinned connection idle longer than this is checked again (see ``Store.pinned``).
+PINNED_IDLE_SECONDS = 1.0
 
 
 class Store:
@@ -69,11 +71,10 @@ class Store:
         """Run this thread's store calls on one pooled connection until the block ends.
 
         A worker task makes several short transactions (``start_run``, ``finish_and_claim``
-        ...): pinned, back-to-back ones share one checkout. After the connection sat idle
-        longer than ``db.IDLE_PING_SECONDS`` (an agent's long step) it goes back to the pool
-        and the next call checks one out again, pinged first (store.db: the pool pings a
-        connection unused for a while), so a database restart during a long run costs
-        nothing. Nested blocks reuse the outer one."""
+        ...): pinned, back-to-back ones share one checkout, so one pre-ping round trip. After
+        the connection sat idle longer than ``PINNED_IDLE_SECONDS`` (an agent's long step) it
+        goes back to the pool and the next call checks one out again, pre-ping included, so a
+        database restart during a long run costs nothing. Nested blocks reuse the outer one."""
         local = self._pinned
         if getattr(local, "conn", None) is not None:
             yield
@@ -83,7 +84,7 @@ class Store:
             yield
         finally:
             conn, local.conn = local.conn, None
-            _give_back(conn, local.idle_since)
+            conn.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
@@ -92,8 +93,8 @@ class Store:
             with transaction(self.engine) as conn:
                 yield conn
             return
-        if time.monotonic() - local.idle_since > db.IDLE_PING_SECONDS:
-            _give_back(local.conn, local.idle_since)
+        if time.monotonic() - local.idle_since > PINNED_IDLE_SECONDS:
+            local.conn.close()
             local.conn = self.engine.connect()
         try:
             with local.conn.begin():
@@ -343,11 +344,3 @@ class Store:
     def counters(self) -> dict[str, int]:
         with self._transaction() as conn:
             return counter_rules.read(conn)
-
-
-def _give_back(conn: Connection, last_used: float) -> None:
-    """Return a pinned connection to the pool, telling it when it was last used (the pool
-    pings a connection that sat idle, see store.db)."""
-    if not conn.invalidated:
-        conn.info["last_used"] = last_used
-    conn.close()
