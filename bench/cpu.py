@@ -53,7 +53,7 @@ def _snapshot(kinds: dict[int, str]) -> dict[int, tuple[str, int]]:
 
 
 class CpuMeter:
-    """``with CpuMeter(kinds) as m: ...`` then ``m.per_item(n)``.
+    """``with CpuMeter(kinds) as m: ...`` (or ``m.start()`` ... ``m.stop()``), then ``m.per_item(n)``.
 
     ``kinds`` maps pids to a label ("worker main", "pool"); PostgreSQL (every backend,
     the WAL writer, ...) and Redis are found by name. A process started inside the window
@@ -67,10 +67,16 @@ class CpuMeter:
         self.used: dict[str, float] = {}
 
     def __enter__(self) -> "CpuMeter":
-        self.before = _snapshot(self.kinds)
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.before = _snapshot(self.kinds)
+
+    def stop(self) -> None:
         after = _snapshot(self.kinds)
         used: dict[str, float] = {}
         for pid, (kind, ticks) in after.items():

@@ -123,7 +123,7 @@ CPU_NOTES = [
     ("cpu_ms_per_ingest", "wakeful.ingest task"),
     ("cpu_ms_per_event_1", "event, drain at 1 per wake"),
     ("cpu_ms_per_event_10", "event, drain at 10 per wake"),
-    ("cpu_ms_per_procrastinate_job", "procrastinate job (worker start-up included)"),
+    ("cpu_ms_per_procrastinate_job", "procrastinate job"),
 ]
 CPU_KINDS = ("worker main", "pool", "postgres", "redis", "bench", "total")
 
