@@ -11,7 +11,7 @@ clock alone.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Insert, Row, Update, and_, bindparam, case, exists, or_, select, update
 
@@ -93,7 +93,7 @@ def decide(conn: Connection, inbox: str, holder: str, now: int | None) -> Acquir
 
 
 _EXTEND = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(lease_until=bindparam("p_until"))
-TAKE = _EXTEND.values(holder=bindparam("p_holder"), generation=bindparam("p_generation"))
+TAKE = _EXTEND.values(holder=bindparam("p_holder"), generation=bindparam("p_gen"))
 _RESIGN = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(holder=None, lease_until=0)
 
 
@@ -104,7 +104,7 @@ def extend(conn: Connection, s: StoreSettings, inbox: str, now: int) -> None:
 
 def take(conn: Connection, s: StoreSettings, inbox: str, now: int, holder: str, generation: int) -> None:
     conn.execute(TAKE, {"p_inbox": inbox, "p_until": now + s.lease_ttl, "p_holder": holder,
-                         "p_generation": generation})
+                        "p_gen": generation})
 
 
 def holds(conn: Connection, inbox: str, holder: str, generation: int, now: int | None) -> int | None:
@@ -142,12 +142,17 @@ def resign(conn: Connection, inbox: str) -> None:
     conn.execute(_RESIGN, {"p_inbox": inbox})
 
 
-def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int) -> bool:
+def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
+                   statement: Update | None = None, params: dict[str, Any] | None = None) -> bool:
     """For the holder, under the inbox lock: resign if nothing is claimable now, else extend
     the lease for the claim that follows. One statement either way; True if it resigned.
-    (Claimable work cannot vanish before that claim: only claims under this lock take it.)"""
-    holder = conn.execute(RESIGN_OR_EXTEND, {"p_inbox": inbox, "p_now": now,
-                                              "p_until": now + s.lease_ttl}).scalar_one()
+    (Claimable work cannot vanish before that claim: only claims under this lock take it.)
+
+    ``statement``: ``RESIGN_OR_EXTEND`` with more in front of it (a data-modifying CTE, and
+    its ``params``), so a caller's last write rides in the same round trip."""
+    holder = conn.execute(RESIGN_OR_EXTEND if statement is None else statement,
+                          {**(params or {}), "p_inbox": inbox, "p_now": now,
+                           "p_until": now + s.lease_ttl}).scalar_one()
     return holder is None
 
 

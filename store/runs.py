@@ -56,10 +56,8 @@ def take_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, 
     if conn.dialect.name != "postgresql":  # SQLite has no data-modifying CTEs
         leases.take(conn, s, inbox, now, holder, generation)
         return claim_batch(conn, s, inbox, generation, now)
-    rows = conn.execute(TAKE_AND_CLAIM, {"p_inbox": inbox, "p_gen": generation, "p_now": now,
-                                         "p_limit": s.batch_limit, "p_holder": holder,
-                                         "p_generation": generation, "p_until": now + s.lease_ttl}).all()
-    return _events(rows)
+    return _claim(conn, TAKE_AND_CLAIM, s, inbox, generation, now,
+                  {"p_holder": holder, "p_until": now + s.lease_ttl})
 
 
 def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
@@ -87,12 +85,13 @@ def claim_batch(conn: Connection, s: StoreSettings, inbox: str, generation: int,
     they may have reached, are put right once, by the takeover (``acquire``). Since then
     only this generation has claimed the inbox's events, and a failed run parks its at-cap
     rows dead itself (``record``)."""
-    rows = conn.execute(CLAIM, {"p_inbox": inbox, "p_gen": generation, "p_now": now,
-                                "p_limit": s.batch_limit}).all()
-    return _events(rows)
+    return _claim(conn, CLAIM, s, inbox, generation, now, {})
 
 
-def _events(rows: Iterable[Any]) -> list[Event]:
+def _claim(conn: Connection, statement: Update, s: StoreSettings, inbox: str, generation: int,
+           now: int, params: dict[str, Any]) -> list[Event]:
+    rows = conn.execute(statement, {**params, "p_inbox": inbox, "p_gen": generation, "p_now": now,
+                                    "p_limit": s.batch_limit}).all()
     return sorted((to_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
 
 
@@ -186,12 +185,11 @@ def _log_and_resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now:
                             log: dict[str, Any] | None) -> bool:
     """Write the run's log row (if any) and ``leases.resign_if_idle``: on PostgreSQL, one
     statement (a data-modifying CTE), one round trip less on every wake."""
-    if log is None or conn.dialect.name != "postgresql":
-        if log is not None:
-            conn.execute(_LOG_RUN, log)
-        return leases.resign_if_idle(conn, s, inbox, now)
-    holder = conn.execute(_LOG_AND_RESIGN_OR_EXTEND, {**log, "p_until": now + s.lease_ttl}).scalar_one()
-    return holder is None  # see leases.resign_if_idle
+    if log is not None and conn.dialect.name == "postgresql":
+        return leases.resign_if_idle(conn, s, inbox, now, _LOG_AND_RESIGN_OR_EXTEND, log)
+    if log is not None:
+        conn.execute(_LOG_RUN, log)
+    return leases.resign_if_idle(conn, s, inbox, now)
 
 
 def complete(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,

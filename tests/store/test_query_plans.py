@@ -87,7 +87,7 @@ def test_the_claim_keeps_its_index_under_a_generic_plan(history: Store) -> None:
     UPDATE reads live rows through ix_events_live and never scans the inbox's history (also
     with the lease write in front of it, as start_run sends it)."""
     for statement, values in ((CLAIM, CLAIM_VALUES),
-                              (TAKE_AND_CLAIM, {**CLAIM_VALUES, "p_holder": "w", "p_generation": 3, "p_until": 1})):
+                              (TAKE_AND_CLAIM, {**CLAIM_VALUES, "p_holder": "w", "p_until": 1})):
         plan = generic_plan(history, statement, values)
         assert "ix_events_live" in plan and "uq_events_key" not in plan, plan
         assert "Seq Scan on events" not in plan, plan
