@@ -47,7 +47,7 @@ def today(store, inbox: str, agent) -> float:
 def combined(store, inbox: str, agent) -> float:
     """start_run (acquire + claim + memory), agent, finish_and_claim (finish + release)."""
     from store import Outcome
-    from tasks.agents import Run
+    from agent import Run
 
     holder = f"bench:{os.getpid()}"
     start = store.start_run(inbox, holder)

@@ -15,7 +15,7 @@ from . import approvals as approval_rules
 from . import counters as counter_rules
 from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
-from .records import InboxStatus, Run
+from .records import InboxStatus, RunRecord
 from .settings import StoreSettings
 from .tables import approvals, events, inboxes, outbox, rejected, runs, status_is, timers
 
@@ -113,10 +113,10 @@ def incidents(conn: Connection, since: int) -> dict[str, list[Any]]:
     return {"dead": [to_event(r) for r in dead], "expired_approvals": [to_event(r) for r in expired]}
 
 
-def run_log(conn: Connection, inbox: str, limit: int) -> list[Run]:
+def run_log(conn: Connection, inbox: str, limit: int) -> list[RunRecord]:
     rows = conn.execute(select(runs).where(runs.c.inbox == inbox).order_by(runs.c.id.desc()).limit(limit))
     return [
-        Run(r.id, r.inbox, r.generation, r.holder, r.started, r.finished, r.outcome, tuple(r.event_ids), r.error)
+        RunRecord(r.id, r.inbox, r.generation, r.holder, r.started, r.finished, r.outcome, tuple(r.event_ids), r.error)
         for r in reversed(rows.all())
     ]
 

@@ -166,14 +166,6 @@ class Approval:
 
 
 @dataclass(frozen=True)
-class Lease:
-    inbox: str
-    holder: str | None
-    generation: int
-    until: int  # 0 once released
-
-
-@dataclass(frozen=True)
 class InboxStatus:
     inbox: str
     holder: str | None
@@ -191,7 +183,7 @@ class InboxStatus:
 
 
 @dataclass(frozen=True)
-class Run:
+class RunRecord:
     """One committed finish: the run log that lets a checker prove runs never overlapped."""
 
     id: int

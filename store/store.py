@@ -29,7 +29,7 @@ from .records import (
     OutboxRow,
     OutgoingMessage,
     Rejection,
-    Run,
+    RunRecord,
     RunStart,
     RunStep,
     TimerRow,
@@ -285,7 +285,7 @@ class Store:
         with self._transaction() as conn:
             return runs.read_memory(conn, inbox)
 
-    def runs(self, inbox: str, *, limit: int = 100) -> list[Run]:
+    def runs(self, inbox: str, *, limit: int = 100) -> list[RunRecord]:
         with self._transaction() as conn:
             return operator.run_log(conn, inbox, limit)
 

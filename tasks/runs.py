@@ -30,7 +30,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store import Event, InvalidEvent, Outcome, RunStep, Store
 
-from tasks.agents import Agent, LeaseLost, Run, load_agent
+from agent import Agent, LeaseLost, Run, load_agent
 from tasks.application import app
 from tasks import faults
 from tasks.doorbell import ring, ring_dispatch
@@ -56,7 +56,7 @@ def get_agent() -> Agent:
 
 
 @dataclass
-class Lease:
+class HeldLease:
     store: Store
     inbox: str
     holder: str
@@ -91,7 +91,7 @@ def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str) -> dict[str,
     if generation is None:
         return {"inbox": inbox, "skipped": "another worker holds the lease"}
     _claimed(inbox, generation, start.events)
-    lease = Lease(store, inbox, holder, generation)
+    lease = HeldLease(store, inbox, holder, generation)
     runs: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"inbox": inbox, "generation": generation, "runs": runs}
     try:
@@ -102,7 +102,7 @@ def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str) -> dict[str,
     return summary
 
 
-def _loop(lease: Lease, agent: Agent, events: list[Event], memory: dict[str, Any],
+def _loop(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str, Any],
           runs: list[dict[str, Any]]) -> str:
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     empty_refusals = 0
@@ -135,7 +135,7 @@ def _loop(lease: Lease, agent: Agent, events: list[Event], memory: dict[str, Any
         events, memory = step.events, step.memory
 
 
-def _run_once(lease: Lease, agent: Agent, events: list[Event], memory: dict[str, Any],
+def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str, Any],
               claim_next: bool) -> tuple[dict[str, Any], RunStep]:
     inbox = lease.inbox
     ids = [e.id for e in events]
@@ -163,7 +163,7 @@ def _run_once(lease: Lease, agent: Agent, events: list[Event], memory: dict[str,
         return _complete(lease, ids, claim_next, result, error=error)
 
 
-def _complete(lease: Lease, ids: list[int], claim_next: bool, result: dict[str, Any], *,
+def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[str, Any], *,
               outcome: Outcome | None = None, error: str | None = None
               ) -> tuple[dict[str, Any], RunStep]:
     """Finish the run (fenced) and, unless this is the task's last run, claim the next batch."""
@@ -213,7 +213,7 @@ def _claimed(inbox: str, generation: int, events: list[Event]) -> None:
         faults.point("after_claim", inbox=inbox, generation=generation, events=[e.id for e in events])
 
 
-def _hand_back(lease: Lease) -> str:
+def _hand_back(lease: HeldLease) -> str:
     """The bound on runs per task: give the inbox back and ring it, if work is left."""
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     if store.release(inbox, holder, gen):

@@ -35,7 +35,7 @@ class Settings:
     # Empty: the broker's Redis, or a SQLite file next to the embedded broker.
     result_backend: str = field(default="", repr=False)
     # The agent: module:callable taking a Run and returning an Outcome.
-    agent: str = "tasks.agents.demo:agent"
+    agent: str = "agent.demo:agent"
     # Outbox channel: "log", "jsonl:/path", an http(s):// URL (webhook), or module:callable.
     outbox_channel: str = "log"
 

@@ -17,7 +17,7 @@ import time
 
 from store import Message, Outcome
 
-from tasks.agents import Run
+from agent import Run
 
 
 def agent(run: Run) -> Outcome:

@@ -23,13 +23,13 @@ from operator_support import Content
 @pytest.fixture
 def rings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     rung: list[str] = []
-    monkeypatch.setattr("tasks.operator_cli.ring", rung.append)
+    monkeypatch.setattr("cli.operator.ring", rung.append)
     return rung
 
 
 @pytest.fixture
 def wakeful(db_url: str, rings: list[str]) -> Callable[..., Result]:
-    from tasks.cli import cli
+    from cli.main import cli
 
     runner = CliRunner()
 

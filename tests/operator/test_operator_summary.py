@@ -116,7 +116,7 @@ def test_summary_task_is_registered_and_scheduled_daily() -> None:
 
 def test_flower_shows_each_runs_inbox_and_summary() -> None:
     """Flower 2.2 hides args and results by default; `wakeful flower` shows them."""
-    from tasks.flower import flower_command
+    from cli.flower import flower_command
     from tasks.settings import Settings
 
     s = Settings.from_env({"WAKEFUL_FLOWER_BASIC_AUTH": "operator:long-enough",

@@ -37,7 +37,7 @@ FAST_ENV = {
     "WAKEFUL_SCAN_INTERVAL": "0.5",
     "WAKEFUL_SWEEP_INTERVAL": "0.5",
     "WAKEFUL_DISPATCH_INTERVAL": "0.5",
-    "WAKEFUL_AGENT": "tasks.agents.demo:agent",
+    "WAKEFUL_AGENT": "agent.demo:agent",
 }
 
 
@@ -95,7 +95,7 @@ class Cluster:
         return len(events) >= count and all(e.status in ("done", "dead") for e in events)
 
     def wait(self, condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-        from tasks.processes import wait_for
+        from cli.processes import wait_for
 
         try:
             return wait_for(condition, timeout, what)
@@ -179,13 +179,13 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
 def _start(cluster: Cluster, run_workers: int, beat: bool) -> None:
     import subprocess
 
-    from tasks.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
+    from cli.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
 
     # What `wakeful init` does before a Procfile starts: the embedded broker's tables and
     # queues, so the processes below do not race to create them. (The store is migrated
     # already; Redis needs nothing.)
     if cluster.backend == "embedded":
-        subprocess.run([sys.executable, "-m", "tasks.cli", "init"], env=cluster.env,
+        subprocess.run([sys.executable, "-m", "cli.main", "init"], env=cluster.env,
                        check=True, capture_output=True, timeout=60)
     procs = Processes(env=cluster.env, logdir=cluster.home / "logs")
     cluster.procs = procs

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.agents import Run
+from agent import Run
 
 
 def invalid_outcome(run: Run) -> object:

@@ -18,7 +18,7 @@ import pytest
 
 import signal
 
-from tasks.processes import holder_pid, pgid_of
+from cli.processes import holder_pid, pgid_of
 
 pytestmark = pytest.mark.processes
 

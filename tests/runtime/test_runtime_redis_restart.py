@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis as redis_py
 
-from tasks.processes import free_port
+from cli.processes import free_port
 
 pytestmark = [pytest.mark.processes, pytest.mark.redis]
 

@@ -25,7 +25,7 @@ def test_nothing_set_means_everything_embedded_under_var() -> None:
     assert s.store_url == f"sqlite:///{Path('var/wakeful.sqlite3').resolve()}"
     assert s.broker.startswith("sqla+sqlite:///") and s.embedded_broker
     assert s.results.startswith("db+sqlite:///")
-    assert s.agent == "tasks.agents.demo:agent" and s.outbox_channel == "log"
+    assert s.agent == "agent.demo:agent" and s.outbox_channel == "log"
 
 
 def test_settings_come_from_the_environment_and_bad_values_name_the_variable() -> None:
@@ -135,14 +135,14 @@ def test_channels_are_chosen_by_configuration(tmp_path: Path) -> None:
 
 
 def test_agent_plugin_is_loaded_by_name() -> None:
-    from tasks.agents import load_agent
-    from tasks.agents.demo import agent
+    from agent import load_agent
+    from agent.demo import agent
 
-    assert load_agent("tasks.agents.demo:agent") is agent
+    assert load_agent("agent.demo:agent") is agent
     with pytest.raises(ValueError):
-        load_agent("tasks.agents.demo")
+        load_agent("agent.demo")
     with pytest.raises(AttributeError):
-        load_agent("tasks.agents.demo:nobody")
+        load_agent("agent.demo:nobody")
 
 
 def test_ring_never_raises_when_the_broker_is_down(tmp_path: Path) -> None:
@@ -170,7 +170,7 @@ def test_cli_ingest_answer_status_on_the_embedded_default(tmp_path: Path) -> Non
     env = base_env(tmp_path)
 
     def wakeful(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tasks.cli", *args], env=env, cwd=tmp_path,
+        return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=60)
 
     assert wakeful("init").returncode == 0

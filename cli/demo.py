@@ -33,7 +33,7 @@ DEMO_ENV = {
     "WAKEFUL_SCAN_INTERVAL": "0.5",
     "WAKEFUL_SWEEP_INTERVAL": "0.5",
     "WAKEFUL_DISPATCH_INTERVAL": "0.5",
-    "WAKEFUL_AGENT": "tasks.agents.demo:agent",
+    "WAKEFUL_AGENT": "agent.demo:agent",
 }
 
 
@@ -104,7 +104,7 @@ class Demo:
     def start(self) -> None:
         from tasks import app, embedded
         from tasks.celeryconfig import QUEUES
-        from tasks.processes import CONTROL_QUEUES, RUN_QUEUES, Processes, free_port
+        from cli.processes import CONTROL_QUEUES, RUN_QUEUES, Processes, free_port
         from tasks.runtime import get_store
 
         self.app = app
@@ -160,7 +160,7 @@ class Demo:
         return result.get(timeout=30, interval=0.05) if want_result else None
 
     def wait(self, condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-        from tasks.processes import wait_for
+        from cli.processes import wait_for
 
         return wait_for(condition, timeout, what)
 
@@ -253,7 +253,7 @@ class Demo:
         self.check(healthy.status == "done", "poison: expected the healthy event done")
 
     def killed_worker(self) -> None:
-        from tasks.processes import holder_pid, pgid_of
+        from cli.processes import holder_pid, pgid_of
 
         self.say("\n4. A worker is killed (SIGKILL) in the middle of a run")
         self.ingest("dave", "chat", "d-1", {"text": "draft the weekly report",

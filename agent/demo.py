@@ -29,7 +29,7 @@ from typing import Any
 
 from store import ApprovalRequest, Event, Message, Outcome, Timer
 
-from tasks.agents import Run
+from agent import Run
 
 
 def agent(run: Run) -> Outcome:

@@ -35,7 +35,7 @@ def demo(
     keep: bool = typer.Option(False, help="Keep the demo's directory (logs, SQLite files)."),
 ) -> None:
     """Play the article's story through real worker and beat processes, embedded, then stop."""
-    from tasks.demo import run_demo
+    from cli.demo import run_demo
 
     raise typer.Exit(run_demo(directory, keep))
 
@@ -146,8 +146,8 @@ def ingest(
 
 
 # The operator's commands (status, dead, requeue, approvals, answer, timers, outbox, events,
-# runs, rejected, incidents) live in tasks/operator_cli.py.
-from tasks.operator_cli import register as _register_operator_commands  # noqa: E402
+# runs, rejected, incidents) live in cli/operator.py.
+from cli.operator import register as _register_operator_commands  # noqa: E402
 
 _register_operator_commands(cli)
 
@@ -165,7 +165,7 @@ def purge(older_than: Optional[int] = typer.Option(None, help="Seconds (default 
 @cli.command()
 def flower() -> None:
     """Start Flower with basic auth (refuses to start open)."""
-    from tasks.flower import main as flower_main
+    from cli.flower import main as flower_main
 
     flower_main()
 
