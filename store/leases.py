@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Insert, Row, Update, and_, bindparam, case, exists, or_, select, update
 
-from . import counters
 from .db import NOW, dialect_insert
 from .settings import StoreSettings
 from .tables import events, inboxes, memory, status_is
@@ -62,7 +61,7 @@ def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
 class Acquired(NamedTuple):
     generation: int | None  # None: someone else holds a live lease
     now: int
-    took_over: bool  # the lease lapsed in another holder's hands (it may have left rows running)
+    took_over: bool  # the lease lapsed in another holder's hands (counted on the inbox row)
     has_memory: bool  # the inbox has memory keys (read under the same lock)
 
 
@@ -70,7 +69,7 @@ def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: in
     """Take or renew the lease."""
     got = decide(conn, inbox, holder, now)
     if got.generation is not None:
-        take(conn, s, inbox, got.now, holder, got.generation)
+        take(conn, s, inbox, got.now, holder, got.generation, got.took_over)
     return got
 
 
@@ -85,15 +84,14 @@ def decide(conn: Connection, inbox: str, holder: str, now: int | None) -> Acquir
     elif row.lease_until < now:
         generation = row.generation + 1  # takeover of an expired or released lease
         took_over = row.holder is not None  # a release clears the holder; a lapse does not
-        if took_over:
-            counters.bump(conn, counters.LEASE_TAKEOVERS)
     else:
         return Acquired(None, now, False, bool(row.has_memory))
     return Acquired(generation, now, took_over, bool(row.has_memory))
 
 
 _EXTEND = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(lease_until=bindparam("p_until"))
-TAKE = _EXTEND.values(holder=bindparam("p_holder"), generation=bindparam("p_gen"))
+TAKE = _EXTEND.values(holder=bindparam("p_holder"), generation=bindparam("p_gen"),
+                      takeovers=inboxes.c.takeovers + bindparam("p_took_over"))
 _RESIGN = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(holder=None, lease_until=0)
 
 
@@ -102,9 +100,10 @@ def extend(conn: Connection, s: StoreSettings, inbox: str, now: int) -> None:
     conn.execute(_EXTEND, {"p_inbox": inbox, "p_until": now + s.lease_ttl})
 
 
-def take(conn: Connection, s: StoreSettings, inbox: str, now: int, holder: str, generation: int) -> None:
+def take(conn: Connection, s: StoreSettings, inbox: str, now: int, holder: str, generation: int,
+         took_over: bool) -> None:
     conn.execute(TAKE, {"p_inbox": inbox, "p_until": now + s.lease_ttl, "p_holder": holder,
-                        "p_gen": generation})
+                        "p_gen": generation, "p_took_over": int(took_over)})
 
 
 def holds(conn: Connection, inbox: str, holder: str, generation: int, now: int | None) -> int | None:
@@ -156,14 +155,14 @@ def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
     return holder is None
 
 
-def claimable(inbox: str, generation: int | None, now: int):  # type: ignore[no-untyped-def]
-    """Events a claim by ``generation`` would take now (or turn dead): pending past their
-    backoff, or left running by an older generation."""
+def claimable(inbox: Any, generation: Any, now: Any):  # type: ignore[no-untyped-def]
+    """Events a claim by ``generation`` would take now (or park dead): pending past their
+    backoff, or left running by an older generation. ``generation`` None: pending only."""
     pending = and_(status_is("pending"), events.c.not_before <= now)
     if generation is None:
         return and_(events.c.inbox == inbox, pending)
-    orphaned = and_(status_is("running"), events.c.claim_gen < generation)
-    return and_(events.c.inbox == inbox, or_(pending, orphaned))
+    stale = and_(status_is("running"), events.c.claim_gen < generation)
+    return and_(events.c.inbox == inbox, or_(pending, stale))
 
 
 def has_claimable(conn: Connection, inbox: str, generation: int, now: int) -> bool:
@@ -171,7 +170,7 @@ def has_claimable(conn: Connection, inbox: str, generation: int, now: int) -> bo
 
 
 def _resign_or_extend() -> Update:
-    idle = ~exists().where(claimable(bindparam("p_inbox"), None, bindparam("p_now")))
+    idle = ~exists().where(claimable(bindparam("p_inbox"), inboxes.c.generation, bindparam("p_now")))
     return (
         update(inboxes)
         .where(inboxes.c.inbox == bindparam("p_inbox"))

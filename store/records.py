@@ -19,7 +19,17 @@ AT_MOST_ONCE: Delivery = "at-most-once"
 
 
 class InvalidEvent(ValueError):
-    """Input the store refuses; the message says what is wrong. Nothing was stored."""
+    """An event (or a call naming an inbox, holder or approval) the store refuses; the message
+    says what is wrong. Nothing was stored."""
+
+
+class InvalidTimer(ValueError):
+    """A timer the store refuses (bad schedule, time zone, key or payload). Nothing was stored."""
+
+
+class InvalidOutcome(ValueError):
+    """A run's Outcome the store refuses (not an Outcome, a bad message, timer, approval or
+    memory write). The finish wrote nothing; the runtime fails the run with this reason."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 
 from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
 from . import counters as counter_rules
+from . import memory as memory_rules
 from .db import clock, create, lock_timed_out, transaction
 from .records import (
     Approval,
@@ -283,7 +284,7 @@ class Store:
 
     def memory(self, inbox: str) -> dict[str, Any]:
         with self._transaction() as conn:
-            return runs.read_memory(conn, inbox)
+            return memory_rules.read(conn, inbox)
 
     def runs(self, inbox: str, *, limit: int = 100) -> list[RunRecord]:
         with self._transaction() as conn:

@@ -12,6 +12,8 @@ proves the two do not drift.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     ColumnElement,
@@ -61,6 +63,10 @@ inboxes = Table(
     Column("generation", BigInteger, nullable=False, server_default=text("0")),
     Column("lease_until", BigInteger, nullable=False, server_default=text("0")),
     Column("last_sent", BigInteger),
+    # Monotonic counts for /metrics, kept on the row the counted decision already locks (a
+    # global counters row would serialize takeovers on different inboxes).
+    Column("takeovers", BigInteger, nullable=False, server_default=text("0")),
+    Column("stale_finishes_refused", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("inbox"),
     CheckConstraint("generation >= 0", name="generation_not_negative"),
 )
@@ -114,14 +120,15 @@ events = Table(
 STATUSES = ("pending", "running", "done", "dead")
 
 
-def status_is(*statuses: str) -> ColumnElement[bool]:
-    """``events.status`` tested against SQL literals, never bound parameters: a prepared
-    statement's generic plan can then still prove the partial indexes usable (with a
-    parameter it cannot, and the claim would read every event the inbox ever had)."""
+def status_is(*statuses: str, of: Any = events) -> ColumnElement[bool]:
+    """``events.status`` (or an alias's, ``of``) tested against SQL literals, never bound
+    parameters: a prepared statement's generic plan can then still prove the partial indexes
+    usable (with a parameter it cannot, and the claim would read every event the inbox ever
+    had)."""
     unknown = set(statuses) - set(STATUSES)
     assert not unknown, unknown  # only this module's constants are ever inlined
     literals = [literal_column(f"'{s}'") for s in statuses]
-    return events.c.status == literals[0] if len(literals) == 1 else events.c.status.in_(literals)
+    return of.c.status == literals[0] if len(literals) == 1 else of.c.status.in_(literals)
 
 
 timers = Table(
@@ -223,11 +230,3 @@ rejected = Table(
     Index("ix_rejected_received", "received"),
 )
 
-# Monotonic counters for /metrics: lease takeovers, stale finishes refused, ...
-counters = Table(
-    "counters",
-    metadata,
-    Column("name", String(64), nullable=False),
-    Column("value", BigInteger, nullable=False, server_default=text("0")),
-    PrimaryKeyConstraint("name"),
-)

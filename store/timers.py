@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Row, bindparam, delete, select, update
 from . import inbox as inbox_rules
 from . import validate
 from .db import upsert
-from .records import Fired, InvalidEvent, TimerRow
+from .records import Fired, InvalidEvent, InvalidTimer, TimerRow
 from .settings import StoreSettings
 from .tables import timers
 
@@ -51,27 +51,10 @@ def add(
     ``due`` is the first time it may fire; for a cron timer the first occurrence at or after
     it. ``due=None`` means the next occurrence after ``now`` (recurring timers only).
     """
-    validate.name("timer_id", timer_id, TIMER_ID_MAX)
-    validate.payload(payload, s.max_payload_bytes)
-    zone = _zone(tz)
-    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every <= 0):
-        raise InvalidEvent(f"every must be a positive number of seconds, got {every!r}")
-    if cron is not None and not croniter.is_valid(cron):
-        raise InvalidEvent(f"cron expression {cron!r} is not valid")
-    if every is not None and cron is not None:
-        raise InvalidEvent("a timer repeats by every= or by cron=, not both")
-    if key is not None:
-        if every is not None or cron is not None:
-            raise InvalidEvent("a recurring timer can't use a fixed event key")
-        key = validate.key(*key)
-    if misfire not in MISFIRE_POLICIES:
-        raise InvalidEvent(f"misfire must be one of {MISFIRE_POLICIES}, got {misfire!r}")
-    if due is None:
-        if every is None and cron is None:
-            raise InvalidEvent("a one-off timer needs a due time")
-        due = now + every if every is not None else next_cron(cron, zone, now)  # type: ignore[arg-type]
-    elif cron is not None:
-        due = next_cron(cron, zone, int(due) - 1)
+    try:
+        due, key = _checked(s, timer_id, due, payload, every, cron, tz, key, misfire, now)
+    except InvalidEvent as exc:  # from the validators shared with events
+        raise InvalidTimer(str(exc)) from None
     upsert(
         conn,
         timers,
@@ -90,6 +73,34 @@ def add(
         },
         ["inbox", "timer_id"],
     )
+
+
+def _checked(s: StoreSettings, timer_id: str, due: int | None, payload: dict[str, Any],
+             every: int | None, cron: str | None, tz: str | None, key: tuple[str, str] | None,
+             misfire: str, now: int) -> tuple[int, tuple[str, str] | None]:
+    """The timer's first due time and its fixed key, or ``InvalidTimer`` saying what is wrong."""
+    validate.name("timer_id", timer_id, TIMER_ID_MAX)
+    validate.payload(payload, s.max_payload_bytes)
+    zone = _zone(tz)
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every <= 0):
+        raise InvalidTimer(f"every must be a positive number of seconds, got {every!r}")
+    if cron is not None and not croniter.is_valid(cron):
+        raise InvalidTimer(f"cron expression {cron!r} is not valid")
+    if every is not None and cron is not None:
+        raise InvalidTimer("a timer repeats by every= or by cron=, not both")
+    if key is not None:
+        if every is not None or cron is not None:
+            raise InvalidTimer("a recurring timer can't use a fixed event key")
+        key = validate.key(*key)
+    if misfire not in MISFIRE_POLICIES:
+        raise InvalidTimer(f"misfire must be one of {MISFIRE_POLICIES}, got {misfire!r}")
+    if due is None:
+        if every is None and cron is None:
+            raise InvalidTimer("a one-off timer needs a due time")
+        due = now + every if every is not None else next_cron(cron, zone, now)  # type: ignore[arg-type]
+    elif cron is not None:
+        due = next_cron(cron, zone, int(due) - 1)
+    return int(due), key
 
 
 def cancel(conn: Connection, inbox: str, timer_id: str) -> bool:
@@ -177,7 +188,7 @@ def _zone(tz: str | None) -> ZoneInfo:
     try:
         return ZoneInfo(tz or "UTC")
     except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidEvent(f"unknown time zone {tz!r} (use an IANA name such as Europe/Berlin)") from None
+        raise InvalidTimer(f"unknown time zone {tz!r} (use an IANA name such as Europe/Berlin)") from None
 
 
 def view(conn: Connection, inbox: str) -> list[TimerRow]:

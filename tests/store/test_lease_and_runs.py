@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import ApprovalRequest, Message, Outcome, RunStart, Store, Timer
+from store import ApprovalRequest, Message, Outcome, RunStart, RunStep, Store, Timer
 
 T = 1_000_000
 TTL = 120
@@ -144,15 +144,72 @@ def test_an_event_claimed_max_attempts_times_is_parked_dead(make_store) -> None:
     assert store.release("a", "W", gen, now=now) is True
 
 
-def test_rows_a_lapsed_holder_left_running_are_put_right_by_the_takeover(store: Store) -> None:
-    """The takeover itself resets them (in acquire's transaction); the claims that follow
-    under the new generation do no housekeeping of their own."""
-    fill(store, "a", "m-1")
+def test_rows_an_older_generation_left_running_are_recovered_by_the_next_claim(store: Store) -> None:
+    """The claim itself puts them right, whatever came before it: the lapsed holder's rows
+    are ready again (the attempt it spent stays counted), the oldest claimed alone."""
+    fill(store, "a", "m-1", "m-2")
     gen1 = store.acquire("a", "W0", now=T)
     store.claim("a", "W0", gen1, now=T)  # W0 stalls
-    assert store.acquire("a", "W1", now=T + TTL + 1) == gen1 + 1
-    assert statuses(store, "a") == {"m-1": ("pending", 1)}
+    gen2 = store.acquire("a", "W1", now=T + TTL + 1)
+    assert gen2 == gen1 + 1 and statuses(store, "a") == {"m-1": ("running", 1), "m-2": ("running", 1)}
+    assert store.release("a", "W1", gen2, now=T + TTL + 1) is False  # they are claimable work
+    [retried] = store.claim("a", "W1", gen2, now=T + TTL + 1)
+    assert (retried.source_id, retried.attempts, retried.claim_gen) == ("m-1", 2, gen2)
+    assert statuses(store, "a") == {"m-1": ("running", 2), "m-2": ("pending", 1)}
     assert store.counters()["lease_takeovers"] == 1
+
+
+def test_rows_left_running_are_recovered_after_a_release_too(store: Store) -> None:
+    """No takeover needed: a holder that released with rows of an older generation still
+    running (it never claimed) hands them to the next generation's first claim."""
+    fill(store, "a", "m-1")
+    gen1 = store.acquire("a", "W0", now=T)
+    store.claim("a", "W0", gen1, now=T)
+    gen2 = store.acquire("a", "W1", now=T + TTL + 1)
+    assert store.release("a", "W1", gen2, now=T + TTL + 1, force=True)
+    gen3 = store.acquire("a", "W2", now=T + TTL + 2)
+    assert [(e.source_id, e.attempts, e.claim_gen) for e in store.claim("a", "W2", gen3, now=T + TTL + 2)] == [
+        ("m-1", 2, gen3)]
+
+
+def test_a_claim_parks_rows_at_the_cap_dead_whoever_left_them(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(max_attempts=1)
+    fill(store, "a", "m-1", "m-2")
+    gen1 = store.acquire("a", "W0", now=T)
+    assert len(store.claim("a", "W0", gen1, now=T)) == 2  # W0 crashes: both at the cap
+    gen2 = store.acquire("a", "W1", now=T + TTL + 1)
+    fill(store, "a", "m-3", now=T + TTL + 1)
+    assert [e.source_id for e in store.claim("a", "W1", gen2, now=T + TTL + 1)] == ["m-3"]
+    assert statuses(store, "a") == {"m-1": ("dead", 1), "m-2": ("dead", 1), "m-3": ("running", 1)}
+    assert store.dead("a")[0].error == "too many attempts: claimed 1 times without a finish"
+
+
+def test_a_retried_finish_and_claim_gets_the_batch_its_lost_reply_carried(store: Store) -> None:
+    """The first call commits (m-1 done, m-2 claimed) and its reply is lost; the retry finds
+    nothing to finish and must neither resign nor strand m-2: it returns m-2 as claimed, with
+    no second attempt, and the lease stays with its holder."""
+    fill(store, "a", "m-1")
+    start = store.start_run("a", "A", now=T)
+    fill(store, "a", "m-2", now=T + 1)
+    ids = [e.id for e in start.events]
+    first = store.finish_and_claim("a", "A", start.generation, ids, Outcome(messages=["one"]), now=T + 2)
+    retry = store.finish_and_claim("a", "A", start.generation, ids, Outcome(messages=["one"]), now=T + 3)
+    assert [e.id for e in retry.events] == [e.id for e in first.events]
+    assert (retry.finished, retry.released) == (True, False)
+    assert statuses(store, "a") == {"m-1": ("done", 1), "m-2": ("running", 1)}
+    assert [m.body for m in store.outbox("a")] == ["one"] and len(store.runs("a")) == 1
+    assert store.acquire("a", "B", now=T + 3) is None  # still held
+    last = store.finish_and_claim("a", "A", start.generation, [e.id for e in retry.events], now=T + 4)
+    assert last.finished and last.released and statuses(store, "a")["m-2"] == ("done", 1)
+
+
+def test_a_retried_finish_and_claim_with_nothing_claimed_after_it_resigns(store: Store) -> None:
+    fill(store, "a", "m-1")
+    start = store.start_run("a", "A", now=T)
+    ids = [e.id for e in start.events]
+    assert store.finish_and_claim("a", "A", start.generation, ids, now=T + 1).released
+    # The retry of a call that released: the lease is gone, so it is fenced and writes nothing.
+    assert store.finish_and_claim("a", "A", start.generation, ids, now=T + 1) == RunStep(False, [], False)
 
 
 # -- finish -----------------------------------------------------------------------------------

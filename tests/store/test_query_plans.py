@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql
 from store import Store
 from store.db import transaction
 from store.leases import claimable
-from store.runs import CLAIM, TAKE_AND_CLAIM
+from store.claims import CLAIM, TAKE_AND_CLAIM
 from store.tables import events, timers
 from store.timers import due_now
 
@@ -78,7 +78,8 @@ def generic_plan(store: Store, statement, values: dict) -> str:  # type: ignore[
     return plan
 
 
-CLAIM_VALUES = {"p_inbox": "i0", "p_gen": 3, "p_now": 2_000_000, "p_limit": 100}
+CLAIM_VALUES = {"p_inbox": "i0", "p_gen": 3, "p_now": 2_000_000, "p_limit": 100, "p_max": 3,
+                "p_cap_error": "e", "p_cap_prefix": "e: "}
 
 
 def test_the_claim_keeps_its_index_under_a_generic_plan(history: Store) -> None:
@@ -87,7 +88,7 @@ def test_the_claim_keeps_its_index_under_a_generic_plan(history: Store) -> None:
     UPDATE reads live rows through ix_events_live and never scans the inbox's history (also
     with the lease write in front of it, as start_run sends it)."""
     for statement, values in ((CLAIM, CLAIM_VALUES),
-                              (TAKE_AND_CLAIM, {**CLAIM_VALUES, "p_holder": "w", "p_until": 1})):
+                              (TAKE_AND_CLAIM, {**CLAIM_VALUES, "p_holder": "w", "p_until": 1, "p_took_over": 0})):
         plan = generic_plan(history, statement, values)
         assert "ix_events_live" in plan and "uq_events_key" not in plan, plan
         assert "Seq Scan on events" not in plan, plan

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from store import InvalidEvent, Store
+from store import InvalidTimer, Store
 
 T = 1_000_000
 DAY = 86400
@@ -112,11 +112,11 @@ def test_the_scheduler_works_in_bounded_batches_across_inboxes(store: Store) -> 
     ],
 )
 def test_bad_timers_are_refused_and_store_nothing(store: Store, kwargs, message) -> None:
-    with pytest.raises(InvalidEvent, match=message):
+    with pytest.raises(InvalidTimer, match=message):
         store.add_timer("a", "t", T, {}, **kwargs)
     assert store.timers("a") == []
 
 
 def test_a_timer_id_too_long_for_its_event_key_is_refused(store: Store) -> None:
-    with pytest.raises(InvalidEvent, match="timer_id is 201 characters long"):
+    with pytest.raises(InvalidTimer, match="timer_id is 201 characters long"):
         store.add_timer("a", "t" * 201, T, {}, every=60)

@@ -1,0 +1,44 @@
+"""What a run produced, applied inside its fenced finish: all of it or none of it."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from . import approvals, memory, timers, validate
+from .records import InvalidOutcome, Message, Outcome
+from .settings import StoreSettings
+from .tables import outbox
+
+
+def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now: int) -> None:
+    """Messages into the outbox, approval requests, timers and memory writes. Raises
+    ``InvalidOutcome`` (and writes nothing, since the caller's transaction rolls back) for
+    anything the store refuses."""
+    if not isinstance(outcome, Outcome):
+        raise InvalidOutcome(f"a run must return an Outcome, got {type(outcome).__name__}")
+    try:
+        _apply(conn, s, inbox, outcome, now)
+    except InvalidOutcome:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise InvalidOutcome(str(exc)) from None
+
+
+def _apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now: int) -> None:
+    messages = [m if isinstance(m, Message) else Message(m) for m in outcome.messages]
+    if messages:
+        conn.execute(
+            outbox.insert(),
+            [
+                {"inbox": inbox, "body": validate.text_value("message body", m.body),
+                 "urgent": bool(m.urgent), "created": now}
+                for m in messages
+            ],
+        )
+    for a in outcome.approvals:
+        approvals.request(conn, s, inbox, a.request_id, a.action, a.expires_in, now)
+    for t in outcome.timers:
+        due = t.due if t.due is not None else (now + t.after if t.after is not None else None)
+        timers.add(conn, s, inbox, t.timer_id, due, t.payload, every=t.every, cron=t.cron,
+                   tz=t.tz, key=t.key, misfire=t.misfire, now=now)
+    memory.write(conn, s, inbox, outcome.memory, now)
