@@ -6,9 +6,11 @@ messages, approval requests, timers and memory writes. It does no side effects o
 that matter twice: the Outcome is applied in one fenced transaction, all of it or none.
 
 An exception fails the run: its events go back to pending after a backoff, and to dead at the
-attempt cap. A long step should call ``run.heartbeat()`` now and then; it renews the lease and
-raises :class:`LeaseLost` once another worker has taken the inbox over, so the run stops early
-instead of doing work whose finish would be refused anyway.
+attempt cap. The runtime renews the lease in the background while the agent runs (for up to
+the task's time limit), so a slow model call does not lose the inbox. A long step may still
+call ``run.heartbeat()``: it renews at once and raises :class:`LeaseLost` once another worker
+has taken the inbox over (this process stalled), so the run stops early instead of doing work
+whose finish would be refused anyway.
 
 Choose the agent with ``WAKEFUL_AGENT=module:callable``.
 """

@@ -8,7 +8,8 @@ the article's story:
 - ``fail``: raise with that text (a poison event: every run that touches it fails).
 - ``crash``: end the worker process abruptly (a payload that kills whoever reads it).
 - ``slow_first_attempt``: on the first attempt only, hang this many seconds without a
-  heartbeat (a stuck tool call; its lease lapses and another worker takes over).
+  heartbeat (a slow model call: the runtime keeps the lease; a worker killed or paused
+  meanwhile loses it, and another worker takes over).
 - ``work``: seconds of work with a heartbeat every 0.2 s (a long run that keeps its lease).
 - ``every``: start a recurring timer (``timer_id``, default "tick") every N seconds.
 - ``approval``: ``{"id", "action", "expires_in"}``: ask a human before acting.

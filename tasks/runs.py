@@ -8,9 +8,10 @@ woke up again changes nothing.
 
 A single-batch wake costs two commits: ``start_run`` (acquire + claim + the inbox's memory)
 and ``finish_and_claim`` (finish + the next claim, or the release when nothing is left; a
-claim also extends the lease, which is the renewal between steps). The agent renews in
-between with ``run.heartbeat()``. The whole task runs its transactions on one pinned
-connection: one pool checkout (and pre-ping) per task, not one per transaction.
+claim also extends the lease). While the agent runs, a ``LeaseKeeper`` thread renews the
+lease (the agent need not call ``run.heartbeat()``, though a long step may, to stop early
+once the lease is lost). The task's own transactions run on one pinned connection: one pool
+checkout (and pre-ping) per task, not one per transaction.
 
 One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; its last run finishes without
 claiming more, and the task hands the inbox back (``release(force=True)``) and rings again,
@@ -28,11 +29,12 @@ from typing import Any, TypeVar
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from store import Event, InvalidEvent, Outcome, RunStep, Store
+from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStep, Store
 
 from agent import Agent, LeaseLost, Run, load_agent
 from tasks.application import app
 from tasks import faults
+from tasks.lease_keeper import LeaseKeeper
 from tasks.doorbell import ring, ring_dispatch
 from tasks.runtime import get_store, holder_name
 from tasks.settings import settings
@@ -61,6 +63,7 @@ class HeldLease:
     inbox: str
     holder: str
     generation: int
+    deadline: float  # time.monotonic() of the task's soft time limit
 
     def renew(self) -> bool:
         return _once_more_on_disconnect(lambda: self.store.renew(self.inbox, self.holder, self.generation))
@@ -76,11 +79,12 @@ def run_inbox(self, inbox: Any = None) -> dict[str, Any]:
     """
     store = get_store()
     agent = get_agent()  # a broken WAKEFUL_AGENT fails here, before any event is claimed
+    deadline = time.monotonic() + settings.run_time_limit
     with store.pinned():
-        return _run_inbox(store, agent, inbox, holder_name(self.request.id))
+        return _run_inbox(store, agent, inbox, holder_name(self.request.id), deadline)
 
 
-def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str) -> dict[str, Any]:
+def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: float) -> dict[str, Any]:
     try:
         start = store.start_run(inbox, holder)
     except InvalidEvent as exc:  # a malformed doorbell (missing or wrong-typed inbox)
@@ -91,7 +95,7 @@ def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str) -> dict[str,
     if generation is None:
         return {"inbox": inbox, "skipped": "another worker holds the lease"}
     _claimed(inbox, generation, start.events)
-    lease = HeldLease(store, inbox, holder, generation)
+    lease = HeldLease(store, inbox, holder, generation, deadline)
     runs: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"inbox": inbox, "generation": generation, "runs": runs}
     try:
@@ -140,10 +144,12 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
     inbox = lease.inbox
     ids = [e.id for e in events]
     result: dict[str, Any] = {"events": ids}
-    run = Run(inbox=inbox, events=events, generation=lease.generation,
-              memory=memory, _heartbeat=lease.renew)
     try:
-        outcome = agent(run) or Outcome()
+        name = f"{inbox}@{lease.generation}"
+        with LeaseKeeper(lease.renew, settings.lease_ttl, lease.deadline, name) as keeper:
+            run = Run(inbox=inbox, events=events, generation=lease.generation,
+                      memory=memory, _heartbeat=keeper.heartbeat)
+            outcome = agent(run) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
         return result, RunStep(finished=False, events=[], released=False)
@@ -154,7 +160,7 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
         return _complete(lease, ids, claim_next, result, error=error)
     try:
         return _complete(lease, ids, claim_next, result, outcome=outcome)
-    except (InvalidEvent, ValueError, TypeError) as exc:
+    except InvalidOutcome as exc:
         # The agent returned something the store refuses (not an Outcome, a bad timer ...):
         # nothing of it was written. Fail the run like an exception in the agent, so the
         # events back off and reach dead at the cap instead of waiting out lease after lease.
@@ -171,8 +177,8 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     where = {"inbox": inbox, "generation": gen, "events": ids}
     with faults.before_commit(store, "before_finish_commit", **where):
         if claim_next:
-            step = _once_more_on_disconnect(lambda: store.finish_and_claim(
-                inbox, holder, gen, ids, outcome=outcome, error=error))
+            step = _once_more_on_disconnect(lambda: _replied(store.finish_and_claim(
+                inbox, holder, gen, ids, outcome=outcome, error=error), where))
         else:
             step = RunStep(_once_more_on_disconnect(lambda: store.finish(
                 inbox, holder, gen, ids, outcome=outcome, error=error)),
@@ -206,6 +212,11 @@ def _once_more_on_disconnect(call: Callable[[], T]) -> T:
             raise
         log.warning("a store call lost its database connection (%s); retrying once", exc.orig)
         return call()
+
+
+def _replied(step: RunStep, where: dict[str, Any]) -> RunStep:
+    faults.point("finish_reply", **where)
+    return step
 
 
 def _claimed(inbox: str, generation: int, events: list[Event]) -> None:
