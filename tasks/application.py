@@ -27,7 +27,10 @@ def refuse_open_flower(argv: list[str], env: dict[str, str] | os._Environ) -> No
 
 refuse_open_flower(sys.argv, os.environ)
 
-app = Celery("wakeful")
+# Every task's messages are checked before Celery builds a request from them, and the
+# consumer records and drops what fails (tasks/guard.py: one bad message must never stop
+# a worker).
+app = Celery("wakeful", task_cls="tasks.guard:GuardedTask")
 app.config_from_object(celery_config(settings))
 
 if settings.embedded_broker:

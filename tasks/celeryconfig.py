@@ -63,6 +63,9 @@ def celery_config(s: Settings) -> dict[str, Any]:
         "task_default_queue": DEFAULT_QUEUE,
         "task_routes": ROUTES,
         "task_create_missing_queues": True,
+        # Records and drops invalid, unknown and undecodable messages instead of exiting
+        # (tasks/guard.py; celery#7975).
+        "worker_consumer": "tasks.guard:GuardedConsumer",
         "broker_connection_retry_on_startup": True,
         # A Redis blip must not kill a running agent run: that would cost the event an
         # attempt (three blips and it is dead). The run finishes through the database; its

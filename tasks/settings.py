@@ -97,6 +97,12 @@ class Settings:
     # broker, which has no fanout.
     task_events: bool = True
 
+    # --- hostile input ---
+    # Refused broker messages each worker records per second in the rejection table (a burst
+    # of twice as many); beyond it they are dropped, logged and counted, never written: a
+    # flood of garbage must not become a flood of writes to the database.
+    rejections_per_second: float = 20.0
+
     # --- Flower ---
     # "user:password[,user:password]". Flower refuses to start without it (`wakeful flower`).
     flower_basic_auth: str = field(default="", repr=False)

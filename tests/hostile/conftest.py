@@ -1,0 +1,78 @@
+"""The Procfile's worker and control processes on PostgreSQL and Redis, for attacks from
+the broker side. Each test gets a fresh database, a reserved Redis database number and its
+own home directory; everything runs on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from databases import REDIS_HOST, REDIS_PORT, reserved_redis_db
+
+from store import Store
+
+
+@dataclass
+class Doors:
+    """A running wakeful (worker + control + beat) and the store and broker it uses."""
+
+    env: dict[str, str]
+    store: Store
+    broker_url: str
+    procs: object
+
+    def logs(self, tail: int = 3000) -> str:
+        return "\n".join(f"--- {p.name} ---\n{p.text()[-tail:]}" for p in self.procs.procs)
+
+    def wait(self, condition, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+        from cli.processes import wait_for
+
+        try:
+            return wait_for(condition, timeout, what)
+        except TimeoutError:
+            raise AssertionError(f"{what}: not within {timeout}s\n{self.logs()}") from None
+
+
+def stack_env(home: Path, database_url: str, broker_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAKEFUL_", "FLOWER_"))}
+    env.update({
+        "WAKEFUL_HOME": str(home),
+        "WAKEFUL_DATABASE_URL": database_url,
+        "WAKEFUL_BROKER_URL": broker_url,
+        "WAKEFUL_OUTBOX_CHANNEL": f"jsonl:{home / 'sent.jsonl'}",
+        "WAKEFUL_AGENT": "agent.demo:agent",
+        "WAKEFUL_SWEEP_INTERVAL": "1",
+        "WAKEFUL_SCAN_INTERVAL": "1",
+        "WAKEFUL_LEASE_TTL": "5",
+        # every refusal of the flood below is recorded (the default bounds the writes)
+        "WAKEFUL_REJECTIONS_PER_SECOND": "10000",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def doors(pg_url: str, tmp_path: Path) -> Iterator[Doors]:
+    from cli.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
+
+    with reserved_redis_db() as number:
+        broker_url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{number}"
+        home = tmp_path / "home"
+        home.mkdir()
+        env = stack_env(home, pg_url, broker_url)
+        store = Store.connect(pg_url)
+        procs = Processes(env=env, logdir=home / "logs")
+        started = [procs.worker("worker", RUN_QUEUES), procs.worker("control", CONTROL_QUEUES, concurrency=2),
+                   procs.beat()]
+        try:
+            procs.wait_ready(*started, timeout=90)
+            yield Doors(env, store, broker_url, procs)
+        finally:
+            for proc in procs.procs:
+                procs.kill(proc, signal.SIGKILL)
+            store.dispose()
