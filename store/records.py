@@ -65,6 +65,43 @@ class ApprovalRequest:
 
 
 @dataclass(frozen=True)
+class Effect:
+    """A tool call with an effect (store/effects.py), committed by the finish, run after it.
+
+    Keyed ``(inbox, tool_use_id)``: a tool use that was never committed never runs. With
+    ``approval_ttl`` the finish also requests an approval under the tool use id (and the
+    outbox gets the request for a human); the effect then waits for a yes. ``words`` is what
+    the model said before the call, shown with the approval.
+    """
+
+    tool_use_id: str
+    tool: str
+    input: dict[str, Any]
+    delivery: Delivery = "at-least-once"
+    approval_ttl: int | None = None
+    words: str = ""
+
+
+@dataclass(frozen=True)
+class EffectRow:
+    """A stored effect, as the executor and the operator views see it."""
+
+    inbox: str
+    tool_use_id: str
+    tool: str
+    input: dict[str, Any]
+    words: str
+    idempotency_key: str
+    delivery: Delivery
+    status: str  # asked, ready, executing, done, refused, expired, interrupted
+    attempts: int
+    generation: int
+    result: dict[str, Any] | None
+    created: int
+    updated: int
+
+
+@dataclass(frozen=True)
 class Timer:
     """A timer a run asks for. ``due`` is absolute; ``after`` is seconds from the finish.
 
@@ -93,6 +130,10 @@ class Outcome:
     approvals: list[ApprovalRequest] = field(default_factory=list)
     timers: list[Timer] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)
+    # Tool calls with effects (store/effects.py), and the tool use ids whose approval answer
+    # this run read: the finish settles each of those by the answer that stands.
+    effects: list[Effect] = field(default_factory=list)
+    answered: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -230,3 +230,36 @@ rejected = Table(
     Index("ix_rejected_received", "received"),
 )
 
+
+# A tool call with an effect (agent/effects.py), committed by the run's finish and executed
+# after it. One row per (inbox, tool_use id): a tool use that was never committed has no row
+# and never runs. ``status``: asked (waits for a human's yes) -> ready -> executing -> done;
+# or refused / expired (the answer was no, or nobody answered: never runs); or interrupted
+# (an at-most-once call whose executor died: not tried again).
+EFFECT_STATUSES = ("asked", "ready", "executing", "done", "refused", "expired", "interrupted")
+effects = Table(
+    "effects",
+    metadata,
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("tool_use_id", String(SOURCE_ID_MAX), nullable=False),
+    Column("tool", String(128), nullable=False),
+    Column("input", Payload, nullable=False),
+    Column("words", Text),  # what the model said before the call (shown with an approval)
+    Column("idempotency_key", String(128), nullable=False),
+    Column("delivery", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("generation", BigInteger, nullable=False),  # the lease generation that committed it
+    Column("result", Payload),  # {"content": str, "is_error": bool} once done
+    Column("created", BigInteger, nullable=False),
+    Column("updated", BigInteger, nullable=False),
+    PrimaryKeyConstraint("inbox", "tool_use_id"),
+    CheckConstraint("status IN ('asked', 'ready', 'executing', 'done', 'refused', 'expired', "
+                    "'interrupted')", name="status_known"),
+    CheckConstraint("delivery IN ('at-least-once', 'at-most-once')", name="delivery_known"),
+    CheckConstraint("attempts >= 0", name="attempts_not_negative"),
+    # The executor's scan looks only at effects that may run.
+    Index("ix_effects_runnable", "updated",
+          postgresql_where=text("status IN ('ready', 'executing')"),
+          sqlite_where=text("status IN ('ready', 'executing')")),
+)

@@ -1,0 +1,243 @@
+"""Effects: a tool call that changes something, committed by a run's finish, executed after it.
+
+The rules (DESIGN.md section 9):
+
+- An effect exists only once a fenced finish committed it (``add``, from ``outcomes.apply``),
+  keyed ``(inbox, tool_use_id)``. A worker fenced off mid-run commits nothing, so the tool
+  uses it proposed never run.
+- An effect that needs a human is ``asked``: the same finish requests the approval under the
+  tool use id and puts the request in the outbox (urgent, with a link marker that the
+  dispatcher turns into a signed link). The run that reads the answer settles it (``settle``):
+  yes -> ``ready``; no -> ``refused``; expired -> ``expired``. Only ``ready`` ever runs.
+- The executor takes a ready effect in one transaction (``begin``: executing, attempts + 1),
+  calls the tool outside any transaction, and records the result in another (``record``:
+  done, and the result ingested as the event ``("tool", tool_use_id)`` that wakes the agent).
+  An executor that died leaves the row ``executing``; once that is older than
+  ``stale_after`` the next ``begin`` takes it again (at-least-once, same idempotency key) or
+  marks it ``interrupted`` and tells the agent (at-most-once: never called twice).
+
+The source ``tool`` is written only here, by the runtime (never by an outside sender).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, and_, or_, select, update
+
+from . import approvals, validate
+from . import inbox as inbox_rules
+from .db import clock, insert
+from .records import AT_LEAST_ONCE, AT_MOST_ONCE, Effect, EffectRow, InvalidOutcome
+from .tables import effects, outbox
+
+if TYPE_CHECKING:
+    from .store import Store
+
+SOURCE = "tool"
+# In an approval request's body: replaced by a signed link where the outbox is dispatched
+# (tasks/approval_links.py), so the worker that writes it never holds the signing key.
+LINK_MARKER = "[[wakeful-approval-link:{}]]"
+LINK_MARKER_PREFIX = "[[wakeful-approval-link:"
+TOOL_MAX = 128
+WORDS_MAX = 2000
+
+
+def idempotency_key(inbox: str, tool_use_id: str) -> str:
+    """Stable for one tool use, whatever executor tries it and how often."""
+    digest = hashlib.sha256(json.dumps([inbox, tool_use_id]).encode()).hexdigest()
+    return f"wakeful-tool-{digest[:40]}"
+
+
+def defang(text: str) -> str:
+    """Text from the model or a tool cannot carry a link marker of its own."""
+    return text.replace("[[wakeful-approval-link", "[ [wakeful-approval-link")
+
+
+# -- inside a run's finish ------------------------------------------------------------------
+
+def apply(conn: Connection, s: Any, inbox: str, effects_: list[Effect], answered: list[str],
+          generation: int, now: int) -> None:
+    """A finish's part: commit the proposed effects, settle the answered ones."""
+    for effect in effects_:
+        add(conn, s, inbox, effect, generation, now)
+    for tool_use_id in answered:
+        settle(conn, inbox, str(tool_use_id), now)
+
+
+def add(conn: Connection, s: Any, inbox: str, effect: Effect, generation: int, now: int) -> None:
+    """Commit a proposed effect (and, with ``approval_ttl``, its approval request)."""
+    if not isinstance(effect, Effect):
+        raise InvalidOutcome(f"an Outcome's effects are Effect records, got {type(effect).__name__}")
+    tool_use_id = validate.name("tool_use_id", effect.tool_use_id, 200)
+    tool = validate.name("tool", effect.tool, TOOL_MAX)
+    payload = validate.payload(effect.input, s.max_payload_bytes)
+    if effect.delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
+        raise InvalidOutcome(f"effect delivery must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}")
+    ttl = effect.approval_ttl
+    if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
+        raise InvalidOutcome(f"approval_ttl must be a positive number of seconds, got {ttl!r}")
+    words = defang(validate.text_value("words", effect.words or ""))[:WORDS_MAX]
+    stored = conn.execute(
+        insert(conn, effects).values(
+            inbox=inbox, tool_use_id=tool_use_id, tool=tool, input=payload, words=words,
+            idempotency_key=idempotency_key(inbox, tool_use_id), delivery=effect.delivery,
+            status="asked" if ttl is not None else "ready", attempts=0, generation=generation,
+            created=now, updated=now)
+        .on_conflict_do_nothing(index_elements=["inbox", "tool_use_id"])
+        .returning(effects.c.tool_use_id)
+    ).scalar()
+    if stored is None or ttl is None:
+        return
+    approvals.request(conn, s, inbox, tool_use_id, f"{tool} {_compact(payload)}", ttl, now)
+    conn.execute(outbox.insert().values(inbox=inbox, body=_approval_body(tool, payload, words, tool_use_id,
+                                                                         now + ttl),
+                                        urgent=True, created=now))
+
+
+def settle(conn: Connection, inbox: str, tool_use_id: str, now: int) -> str | None:
+    """An asked effect after its answer: ready on yes, refused on no, expired on expiry.
+    Returns the effect's status (None: no such effect)."""
+    row = conn.execute(select(effects.c.status).where(
+        effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id).with_for_update()).one_or_none()
+    if row is None:
+        return None
+    if row.status != "asked":
+        return row.status
+    answer = approvals.standing(conn, inbox, tool_use_id)
+    status = {"yes": "ready", "no": "refused", "expired": "expired"}.get(answer or "")
+    if status is None:
+        return row.status
+    conn.execute(update(effects).where(effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id)
+                 .values(status=status, updated=now))
+    return status
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _approval_body(tool: str, payload: dict[str, Any], words: str, tool_use_id: str, deadline: int) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(deadline))
+    said = f"\nIt said: {words}" if words else ""
+    pretty = defang(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False))
+    return (f"Approval needed: the agent wants to run the tool {tool!r} with\n{pretty}{said}\n"
+            f"Answer before {when}: {LINK_MARKER.format(tool_use_id)}")
+
+
+# -- the executor ---------------------------------------------------------------------------
+
+def begin(conn: Connection, inbox: str, tool_use_id: str, stale_after: int, now: int) -> EffectRow | None:
+    """Take an effect to execute it: ready, or executing by an executor silent for
+    ``stale_after`` seconds (at-least-once). None when it is not ours to run; an at-most-once
+    effect found stale is marked interrupted and the agent told, never run again."""
+    row = conn.execute(select(effects).where(
+        effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id).with_for_update()).one_or_none()
+    if row is None:
+        return None
+    stale = row.status == "executing" and row.updated + stale_after <= now
+    if row.status != "ready" and not stale:
+        return None
+    if stale and row.delivery == AT_MOST_ONCE:
+        finish(conn, inbox, tool_use_id, row.tool, {
+            "content": "the tool call was interrupted and, being at-most-once, was not tried again: "
+                       "it may or may not have taken effect", "is_error": True}, "interrupted", now)
+        return None
+    conn.execute(update(effects).where(effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id)
+                 .values(status="executing", attempts=row.attempts + 1, updated=now))
+    return _row(row, status="executing", attempts=row.attempts + 1, updated=now)
+
+
+def record(conn: Connection, inbox: str, tool_use_id: str, attempt: int, result: dict[str, Any],
+           now: int) -> bool:
+    """The executor's result (``{"content", "is_error"}``) for attempt ``attempt``: done, and
+    ingested as the event that wakes the agent. False when another attempt took it over."""
+    row = conn.execute(select(effects.c.status, effects.c.attempts, effects.c.tool).where(
+        effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id).with_for_update()).one_or_none()
+    if row is None or row.status != "executing" or row.attempts != attempt:
+        return False
+    finish(conn, inbox, tool_use_id, row.tool, result, "done", now)
+    return True
+
+
+def refuse(conn: Connection, inbox: str, tool_use_id: str, reason: str, now: int) -> bool:
+    """A ready effect the executor will not run (its tool was removed or denied since): the
+    agent is told, nothing runs."""
+    row = conn.execute(select(effects.c.status, effects.c.tool).where(
+        effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id).with_for_update()).one_or_none()
+    if row is None or row.status not in ("ready", "executing"):
+        return False
+    finish(conn, inbox, tool_use_id, row.tool, {"content": reason, "is_error": True}, "refused", now)
+    return True
+
+
+def finish(conn: Connection, inbox: str, tool_use_id: str, tool: str, result: dict[str, Any],
+           status: str, now: int) -> None:
+    conn.execute(update(effects).where(effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id)
+                 .values(status=status, result=result, updated=now))
+    inbox_rules.insert_event(conn, inbox, SOURCE, tool_use_id,
+                             {"tool_use_id": tool_use_id, "tool": tool, **result}, now)
+
+
+def runnable(conn: Connection, stale_after: int, now: int, inbox: str | None, limit: int) -> list[tuple[str, str]]:
+    """(inbox, tool_use_id) of effects ``begin`` would take now, oldest first."""
+    query = select(effects.c.inbox, effects.c.tool_use_id).where(or_(
+        effects.c.status == "ready",
+        and_(effects.c.status == "executing", effects.c.updated <= now - stale_after)))
+    if inbox is not None:
+        query = query.where(effects.c.inbox == inbox)
+    return [(r.inbox, r.tool_use_id) for r in conn.execute(query.order_by(effects.c.updated).limit(limit))]
+
+
+def view(conn: Connection, inbox: str | None, tool_use_id: str | None = None) -> list[EffectRow]:
+    query = select(effects)
+    if inbox is not None:
+        query = query.where(effects.c.inbox == inbox)
+    if tool_use_id is not None:
+        query = query.where(effects.c.tool_use_id == tool_use_id)
+    return [_row(r) for r in conn.execute(query.order_by(effects.c.created, effects.c.tool_use_id))]
+
+
+def _row(r: Any, **changed: Any) -> EffectRow:
+    values = {c: getattr(r, c) for c in ("inbox", "tool_use_id", "tool", "input", "words",
+                                         "idempotency_key", "delivery", "status", "attempts",
+                                         "generation", "result", "created", "updated")}
+    values.update(changed)
+    values["words"] = values["words"] or ""
+    return EffectRow(**values)
+
+
+class Effects:
+    """The executor's and the views' calls on a Store, one short transaction each."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def begin(self, inbox: str, tool_use_id: str, *, stale_after: int, now: int | None = None) -> EffectRow | None:
+        with self.store._transaction() as conn:
+            return begin(conn, inbox, tool_use_id, stale_after, clock(conn, now))
+
+    def record(self, inbox: str, tool_use_id: str, attempt: int, result: dict[str, Any], *,
+               now: int | None = None) -> bool:
+        with self.store._transaction() as conn:
+            return record(conn, inbox, tool_use_id, attempt, result, clock(conn, now))
+
+    def refuse(self, inbox: str, tool_use_id: str, reason: str, *, now: int | None = None) -> bool:
+        with self.store._transaction() as conn:
+            return refuse(conn, inbox, tool_use_id, reason, clock(conn, now))
+
+    def runnable(self, *, stale_after: int, inbox: str | None = None, limit: int = 100,
+                 now: int | None = None) -> list[tuple[str, str]]:
+        with self.store._transaction() as conn:
+            return runnable(conn, stale_after, clock(conn, now), inbox, limit)
+
+    def view(self, inbox: str | None = None, tool_use_id: str | None = None) -> list[EffectRow]:
+        with self.store._transaction() as conn:
+            return view(conn, inbox, tool_use_id)
+
+    def get(self, inbox: str, tool_use_id: str) -> EffectRow | None:
+        rows = self.view(inbox, tool_use_id)
+        return rows[0] if rows else None
