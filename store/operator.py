@@ -129,7 +129,13 @@ def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) ->
         now = clock(conn, now)
     cutoff = now - older_than
     key_cutoff = now - max(older_than, s.dedupe_window)
-    finished = status_is("done", "dead")
+    # An approval's answer event is its stored answer: it stays whole while the approval
+    # row does (a later answer call, or the expiry timer, must still find yes or no, not an
+    # empty key to fill with "expired"), and goes after it, at the next purge.
+    answer_of_kept_approval = (events.c.source == approval_rules.SOURCE) & (
+        select(approvals.c.request_id).where(approvals.c.inbox == events.c.inbox,
+                                             approvals.c.request_id == events.c.source_id).exists())
+    finished = status_is("done", "dead") & ~answer_of_kept_approval
     counts = {
         "payloads": _in_batches(engine, events, events.c.id, finished & (events.c.finished < cutoff)
                                 & events.c.payload.is_not(None), {"payload": None}),

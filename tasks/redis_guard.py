@@ -15,6 +15,15 @@ that held it is gone anyway, and the sweep rings every inbox that has work and n
 (a doorbell delivered twice costs one refused ``acquire``). So this guard turns both crashes
 into warnings and lets Celery carry on with its new connection. It catches AttributeError
 only, from these three methods only.
+
+Upstream: the same failure family as kombu#970 and kombu#582 (closed, but the path is still
+there in 5.7), and celery#10205 (a worker that stops consuming after a Redis connection
+reset) is the current report. The patch reaches into kombu's internals, so it is pinned:
+``install`` refuses a kombu it was not verified against (``VERIFIED_KOMBU``), with a clear
+error, rather than patch code it has never seen. To verify a new kombu, run
+``tests/faults/test_faults_redis_restart.py`` (3 Redis restarts under load: every process
+stays up and every event is done) and ``tests/runtime/test_runtime_units.py``, then add its
+version here.
 """
 
 from __future__ import annotations
@@ -25,12 +34,36 @@ log = logging.getLogger("wakeful.broker")
 
 _installed = False
 
+# kombu releases (major, minor) this patch was verified against: kombu 5.7.0 with Celery
+# 5.7.0 and redis-py 8.1.0, by the tests named in the module doc.
+VERIFIED_KOMBU = ((5, 7),)
+
+
+class UnverifiedKombu(RuntimeError):
+    """kombu is a version the Redis-restart patch was never verified against."""
+
+
+def check_version(version: str) -> None:
+    try:
+        major_minor = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        major_minor = ()
+    if major_minor not in VERIFIED_KOMBU:
+        verified = ", ".join(f"{a}.{b}.x" for a, b in VERIFIED_KOMBU)
+        raise UnverifiedKombu(
+            f"kombu {version} is installed, but wakeful's Redis-restart guard "
+            f"(tasks/redis_guard.py) was verified against kombu {verified} only: install a "
+            f"verified kombu, or verify this one (see the module doc) and add it to VERIFIED_KOMBU")
+
 
 def install() -> None:
     global _installed
     if _installed:
         return
+    import kombu
     from kombu.transport import redis as kombu_redis
+
+    check_version(kombu.__version__)
 
     from kombu.transport.virtual.base import QoS as VirtualQoS
 

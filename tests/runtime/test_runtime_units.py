@@ -190,3 +190,16 @@ def test_cli_ingest_answer_status_on_the_embedded_default(tmp_path: Path) -> Non
     assert overall["rejected"] == []  # the CLI refuses bad input before the store sees it
     assert json.loads(wakeful("incidents", "--json").stdout) is not None
     assert (tmp_path / "home" / "wakeful.sqlite3").exists()
+
+
+def test_the_redis_guard_refuses_a_kombu_it_was_not_verified_against() -> None:
+    """Verified on kombu 5.7.0 / Celery 5.7.0 / redis-py 8.1.0 (the versions this suite ran on)."""
+    import kombu
+
+    from tasks import redis_guard
+
+    redis_guard.check_version(kombu.__version__)  # the installed one was verified
+    redis_guard.check_version("5.7.3")
+    for unverified in ("5.8.0", "6.0.0", "5.6.9", "garbage"):
+        with pytest.raises(redis_guard.UnverifiedKombu, match=f"kombu {unverified} is installed"):
+            redis_guard.check_version(unverified)

@@ -93,6 +93,27 @@ def test_purge_drops_payloads_but_keeps_keys_for_the_dedupe_window(make_store) -
     assert store.ingest("a", "stripe", "evt_1", {"amount": 5}, now=T + 8 * DAY) is True
 
 
+def test_purge_keeps_an_approvals_answer_while_the_approval_is_kept(make_store) -> None:  # type: ignore[no-untyped-def]
+    """Retention must not turn a stored yes into "expired": not by emptying the answer's
+    payload, nor by deleting its key before the approval (the expiry would then fill it)."""
+    store = make_store(dedupe_window=60)
+    store.request_approval("a", "refund-1", "refund order 1", 3 * DAY, now=T)
+    assert store.answer_approval("a", "refund-1", "yes", now=T + 1) == "yes"
+    gen = store.acquire("a", "W", now=T + 2)
+    batch = store.claim("a", "W", gen, now=T + 2)
+    assert store.finish("a", "W", gen, [e.id for e in batch], now=T + 2)
+
+    counts = store.purge(older_than=0, now=T + DAY)
+    assert counts["payloads"] == 0 and counts["events"] == 0
+    assert store.answer_approval("a", "refund-1", "no", now=T + DAY) == "yes"
+    store.run_scheduler(now=T + 3 * DAY + 1)  # the expiry timer fires into the kept key
+    assert store.answer_approval("a", "refund-1", "no", now=T + 3 * DAY + 2) == "yes"
+    # Once the approval itself has gone, its answer goes at the next purge.
+    assert store.purge(older_than=0, now=T + 3 * DAY + 120)["approvals"] == 1
+    assert store.purge(older_than=0, now=T + 3 * DAY + 121)["events"] == 1
+    assert store.answer_approval("a", "refund-1", "yes", now=T + 3 * DAY + 122) == "unknown"
+
+
 def test_rejections_are_recorded_bounded_and_storable(store: Store) -> None:
     store.record_rejection("task", "payload must be a JSON object", inbox="a", source="chat",
                            source_id="m\x00-1", excerpt="x" * 10_000 + "\x00\ud800", now=T)
