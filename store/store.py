@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
 from . import counters as counter_rules
 from . import memory as memory_rules
+from . import errors
 from .db import clock, create, lock_timed_out, transaction
 from .records import (
     Approval,
@@ -89,6 +90,12 @@ class Store:
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
+        with errors.mapped():
+            with self._transaction_unmapped() as conn:
+                yield conn
+
+    @contextmanager
+    def _transaction_unmapped(self) -> Iterator[Connection]:
         local = self._pinned
         if getattr(local, "conn", None) is None:
             with transaction(self.engine) as conn:
@@ -113,7 +120,7 @@ class Store:
             with self._transaction() as conn:
                 yield conn
             return
-        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with errors.mapped(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             yield conn
 
     def clock(self) -> int:
@@ -132,7 +139,7 @@ class Store:
                now: int | None = None) -> bool:
         """Store an event once. False for a duplicate; ``InvalidEvent`` for bad input."""
         validate.inbox(inbox)
-        validate.key(source, source_id)
+        validate.outside_key(source, source_id)
         validate.payload(payload, self.settings.max_payload_bytes)
         with self._statement() as conn:
             return inbox_rules.insert_event(conn, inbox, source, source_id, payload, now)
@@ -147,7 +154,7 @@ class Store:
             try:
                 inbox, source, source_id, payload = item
                 validate.inbox(inbox)
-                validate.key(source, source_id)
+                validate.outside_key(source, source_id)
                 validate.payload(payload, self.settings.max_payload_bytes)
             except (TypeError, ValueError) as exc:
                 raise InvalidEvent(f"item {n}: {exc}") from None
@@ -216,6 +223,8 @@ class Store:
                   key: tuple[str, str] | None = None, misfire: str = "coalesce",
                   now: int | None = None) -> None:
         validate.inbox(inbox)
+        if key is not None:
+            key = validate.outside_key(*key)
         with self._transaction() as conn:
             timers.add(conn, self.settings, inbox, timer_id, due, payload, every=every, cron=cron,
                        tz=tz, key=key, misfire=misfire, now=clock(conn, now))
