@@ -34,6 +34,8 @@ DEMO_ENV = {
     "WAKEFUL_SWEEP_INTERVAL": "0.5",
     "WAKEFUL_DISPATCH_INTERVAL": "0.5",
     "WAKEFUL_AGENT": "agent.demo:agent",
+    # wakeful.answer_approval takes an answer only with the approval's token
+    "WAKEFUL_APPROVAL_SECRET": "demo-approval-secret",
 }
 
 
@@ -355,8 +357,12 @@ class Demo:
 
     # --- helpers --------------------------------------------------------------------
     def _answer(self, inbox: str, request_id: str, answer: str) -> str:
+        from web.tokens import make_token
+
+        token = make_token(inbox, request_id, secret=DEMO_ENV["WAKEFUL_APPROVAL_SECRET"])
         result = self.app.send_task("wakeful.answer_approval", kwargs={
-            "inbox": inbox, "request_id": request_id, "answer": answer}, ignore_result=False)
+            "inbox": inbox, "request_id": request_id, "answer": answer, "token": token},
+            ignore_result=False)
         return result.get(timeout=30, interval=0.05)["outcome"]
 
     def _last_body(self, inbox: str) -> str:

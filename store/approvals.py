@@ -12,7 +12,7 @@ from sqlalchemy import Connection, and_, select
 
 from . import inbox as inbox_rules
 from . import timers, validate
-from .db import upsert
+from .db import insert
 from .records import Approval, InvalidEvent
 from .settings import StoreSettings
 from .tables import approvals, events
@@ -25,18 +25,46 @@ def timer_id(request_id: str) -> str:
     return f"approval:{request_id}"
 
 
+class ApprovalConflict(InvalidEvent):
+    """A request id that is already taken in this inbox, by another action or by an answer."""
+
+
 def request(conn: Connection, s: StoreSettings, inbox: str, request_id: str, action: str,
             expires_in: int, now: int) -> None:
+    """Ask a human. The same request again (same id, same action) changes nothing: its
+    deadline and any answer stand. The id asked for another action is ``ApprovalConflict``,
+    so an answer is never inherited by a different question."""
     validate.name("request_id", request_id, timers.TIMER_ID_MAX - len("approval:"))
     validate.text_value("action", action)
     if not isinstance(expires_in, int) or isinstance(expires_in, bool) or expires_in <= 0:
         raise InvalidEvent(f"expires_in must be a positive number of seconds, got {expires_in!r}")
     deadline = now + expires_in
-    upsert(conn, approvals, {"inbox": inbox, "request_id": request_id, "action": action,
-                             "deadline": deadline, "created": now}, ["inbox", "request_id"])
+    created = conn.execute(
+        insert(conn, approvals)
+        .values(inbox=inbox, request_id=request_id, action=action, deadline=deadline, created=now)
+        .on_conflict_do_nothing(index_elements=["inbox", "request_id"])
+        .returning(approvals.c.request_id)
+    ).scalar()
+    if created is None:
+        asked = conn.execute(select(approvals.c.action).where(
+            approvals.c.inbox == inbox, approvals.c.request_id == request_id)).scalar()
+        if asked != action:
+            raise ApprovalConflict(
+                f"approval {request_id!r} in inbox {inbox!r} was already requested for another "
+                f"action ({_short(asked)}); use a new request id")
+        return
+    if standing(conn, inbox, request_id) is not None:
+        # The row is gone (retention) but its answer is not: that answer belongs to the
+        # old question. Raising rolls the new row back.
+        raise ApprovalConflict(f"approval {request_id!r} in inbox {inbox!r} was already "
+                               "answered for an earlier request; use a new request id")
     timers.add(conn, s, inbox, timer_id(request_id), deadline,
                {"approval": request_id, "answer": "expired", "action": action},
                key=(SOURCE, request_id), now=now)
+
+
+def _short(text: str | None, limit: int = 80) -> str:
+    return repr(text if text is None or len(text) <= limit else text[: limit - 1] + "…")
 
 
 def answer(conn: Connection, s: StoreSettings, inbox: str, request_id: str, answer: str, now: int) -> str:

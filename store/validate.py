@@ -34,6 +34,24 @@ def key(source: Any, source_id: Any) -> tuple[str, str]:
     return name("source", source, SOURCE_MAX), name("source_id", source_id, SOURCE_ID_MAX)
 
 
+# Sources the runtime writes itself: an event under one of them says "wakeful did this" (an
+# approval's answer or expiry, a timer firing), and an agent acts on it. Nothing from
+# outside (a task call, a webhook, the CLI's ingest, an agent's timer key) may write one.
+# The one list: a new runtime-written source goes here.
+RUNTIME_SOURCES = frozenset({"approval", "timer"})
+
+
+def outside_key(source: Any, source_id: Any) -> tuple[str, str]:
+    """``key()`` for an event that comes from outside the runtime: a runtime source is refused."""
+    source, source_id = key(source, source_id)
+    if source in RUNTIME_SOURCES:
+        raise InvalidEvent(
+            f"source {source!r} is written by wakeful itself and cannot be ingested "
+            f"(reserved: {', '.join(sorted(RUNTIME_SOURCES))}); an approval is answered through "
+            f"its signed link, `wakeful answer`, or wakeful.answer_approval with its token")
+    return source, source_id
+
+
 MAX_DEPTH = 64  # deeper than any real webhook; far below what makes json recurse out
 
 

@@ -1,8 +1,15 @@
-"""``wakeful.answer_approval``: a human's answer to a deferred action."""
+"""``wakeful.answer_approval``: a human's answer to a deferred action, sent by a service.
+
+The call must carry the approval's token (the one in its signed link, made with
+``WAKEFUL_APPROVAL_SECRET``): whoever can publish to the broker is not thereby a human who
+may approve. A chat bot that shows the link's buttons passes the token on. Without a valid
+token the answer is refused and recorded; nothing is stored.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from store import InvalidEvent
@@ -10,25 +17,49 @@ from store import InvalidEvent
 from tasks.application import app
 from tasks.doorbell import ring
 from tasks.runtime import get_store
+from tasks.settings import settings
 
 log = logging.getLogger("wakeful.approvals")
 
 
 @app.task(name="wakeful.answer_approval")
-def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = None) -> dict[str, Any]:
+def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = None,
+                    token: Any = None) -> dict[str, Any]:
     """Store the answer unless the deadline passed; returns the outcome that stands.
 
-    ``{"outcome": "yes" | "no" | "expired" | "unknown"}``; the inbox's doorbell rings whenever
-    an answer (or the expiry) stands, so the agent resumes with it.
+    ``{"outcome": "yes" | "no" | "expired" | "unknown"}``, or ``{"outcome": None,
+    "rejected": "<why>"}`` for a missing or wrong token or a malformed answer. The inbox's
+    doorbell rings whenever an answer (or the expiry) stands, so the agent resumes with it.
     """
     store = get_store()
     try:
+        _authorize(inbox, request_id, token)
         outcome = store.answer_approval(inbox, request_id, answer)
     except (InvalidEvent, ValueError, TypeError) as exc:
+        # Never the token in the record or the log: it is a credential.
         store.record_rejection("task:wakeful.answer_approval", str(exc), inbox=inbox,
-                               source="approval", source_id=request_id, excerpt=repr(answer))
+                               source="approval", source_id=request_id,
+                               excerpt=repr(answer)[:40])
         log.warning("approval answer rejected: %s", exc)
         return {"outcome": None, "rejected": str(exc)}
     if outcome != "unknown":
         ring(inbox)
     return {"outcome": outcome}
+
+
+def _authorize(inbox: Any, request_id: Any, token: Any) -> None:
+    from web.tokens import check_token  # the link's own check: one token format
+
+    if not isinstance(inbox, str) or not isinstance(request_id, str):
+        raise InvalidEvent("inbox and request_id must be strings")
+    if not isinstance(token, str) or not token:
+        raise InvalidEvent("an approval answer needs the token from its link")
+    secrets = tuple(part.strip() for part in settings.approval_secret.split(",") if part.strip())
+    if not secrets:
+        raise InvalidEvent("WAKEFUL_APPROVAL_SECRET is not set: approvals are answered only "
+                           "with `wakeful answer`")
+    problem = check_token(token, inbox, request_id, secrets=secrets, now=int(time.time()))
+    if problem == "expired_token":
+        raise InvalidEvent("this approval token has expired")
+    if problem is not None:
+        raise InvalidEvent("this token is not valid for this approval")

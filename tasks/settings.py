@@ -102,6 +102,9 @@ class Settings:
     # of twice as many); beyond it they are dropped, logged and counted, never written: a
     # flood of garbage must not become a flood of writes to the database.
     rejections_per_second: float = 20.0
+    # The approval links' keys ("new,old" while rotating; the web edge reads the same
+    # variable): wakeful.answer_approval accepts an answer only with a token they signed.
+    approval_secret: str = field(default="", repr=False)
 
     # --- Flower ---
     # "user:password[,user:password]". Flower refuses to start without it (`wakeful flower`).
@@ -140,7 +143,7 @@ class Settings:
             if getattr(self, name) <= 0:
                 raise SettingsError(f"WAKEFUL_{name.upper()} must be positive")
         for name in ("scan_interval", "sweep_interval", "dispatch_interval", "purge_interval",
-                     "embedded_poll_interval", "webhook_timeout"):
+                     "embedded_poll_interval", "webhook_timeout", "rejections_per_second"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"WAKEFUL_{name.upper()} must be positive")
         if not 0 <= self.summary_hour <= 23:

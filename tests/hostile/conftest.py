@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from databases import REDIS_HOST, REDIS_PORT, reserved_redis_db
+from hostile_support import APPROVAL_SECRET
 
 from store import Store
 
@@ -24,6 +25,15 @@ class Doors:
     store: Store
     broker_url: str
     procs: object
+
+    def client(self):  # type: ignore[no-untyped-def]
+        """A plain Celery client: what anyone with the broker's address and password has."""
+        from celery import Celery
+
+        client = Celery("outside", broker=self.broker_url, backend=self.broker_url)
+        client.conf.update(task_serializer="json", accept_content=["json"],
+                           result_accept_content=["json"])
+        return client
 
     def logs(self, tail: int = 3000) -> str:
         return "\n".join(f"--- {p.name} ---\n{p.text()[-tail:]}" for p in self.procs.procs)
@@ -50,6 +60,7 @@ def stack_env(home: Path, database_url: str, broker_url: str, **extra: str) -> d
         "WAKEFUL_LEASE_TTL": "5",
         # every refusal of the flood below is recorded (the default bounds the writes)
         "WAKEFUL_REJECTIONS_PER_SECOND": "10000",
+        "WAKEFUL_APPROVAL_SECRET": APPROVAL_SECRET,
         "PYTHONUNBUFFERED": "1",
     })
     env.update(extra)
