@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 
+from cli.terminal import safe
+
 if TYPE_CHECKING:
     from store import InboxStatus, Store
 
@@ -57,26 +59,32 @@ def fail(message: str, as_json: bool, code: int = 1) -> NoReturn:
     """A clear message on stderr (and as JSON on stdout for scripts), then the exit code."""
     if as_json:
         typer.echo(json.dumps({"error": message}))
-    typer.echo(f"wakeful: {message}", err=True)
+    echo(f"wakeful: {message}", err=True)
     raise typer.Exit(code)
 
 
 def emit_json(data: Any) -> None:
+    # exact, and terminal-safe as it is: json.dumps escapes control and non-ASCII characters
     typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def echo(text: str = "", err: bool = False) -> None:
+    """Every human-readable line: values from outside may carry terminal escapes."""
+    typer.echo(safe(text, keep_newlines=True), err=err)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], empty: str) -> None:
     if not rows:
-        typer.echo(empty)
+        echo(empty)
         return
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     for line in [list(headers), ["-" * w for w in widths], *cells]:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
+        echo("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip())
 
 
 def _cell(value: Any) -> str:
-    text = "-" if value is None else str(value).replace("\n", " ")
+    text = "-" if value is None else safe(value)
     return text if len(text) <= WIDTH else text[: WIDTH - 1] + "…"
 
 
@@ -144,21 +152,21 @@ def status(inbox: Optional[str] = typer.Argument(None, help="One inbox (default:
         emit_json({"metrics": metrics, "attention": [asdict(s) for s in attention],
                    "rejected": [asdict(r) for r in rejected_rows]})
         return
-    typer.echo(f"events: {metrics['events_pending']} pending, {metrics['events_running']} running, "
+    echo(f"events: {metrics['events_pending']} pending, {metrics['events_running']} running, "
                f"{metrics['events_dead']} dead; oldest pending {span(metrics['oldest_pending_age'])}")
-    typer.echo(f"outbox: {metrics['outbox_held']} held; timers overdue: {metrics['timers_overdue']}; "
+    echo(f"outbox: {metrics['outbox_held']} held; timers overdue: {metrics['timers_overdue']}; "
                f"rejected inputs: {sum(metrics['rejected'].values())}")
-    typer.echo("")
+    echo("")
     table(["inbox", "dead", "pending", "running", "oldest pending", "lease holder", "expires in",
            "held", "approvals"],
           [[s.inbox, s.dead, s.pending, s.running, span(s.oldest_pending_age), s.holder,
             span(s.lease_expires_in), s.held_messages, s.pending_approvals] for s in attention],
           "no inbox needs attention")
     if rejected_rows:
-        typer.echo("")
-        typer.echo(f"latest rejected input ({len(rejected_rows)} shown; `wakeful rejected` for more):")
+        echo("")
+        echo(f"latest rejected input ({len(rejected_rows)} shown; `wakeful rejected` for more):")
         for r in rejected_rows:
-            typer.echo(f"  {when(r.received)}  {r.origin}  {_cell(r.reason)}")
+            echo(f"  {when(r.received)}  {_cell(r.origin)}  {_cell(r.reason)}")
 
 
 def _show_inbox(st: "InboxStatus", upcoming: list[Any], now: int, as_json: bool) -> None:
@@ -166,20 +174,20 @@ def _show_inbox(st: "InboxStatus", upcoming: list[Any], now: int, as_json: bool)
     if as_json:
         emit_json({**asdict(st), "next_timers": timers_out})
         return
-    lease = (f"held by {st.holder}, generation {st.generation}, expires in {span(st.lease_expires_in)}"
+    lease = (f"held by {safe(st.holder)}, generation {st.generation}, expires in {span(st.lease_expires_in)}"
              if st.holder else f"free (generation {st.generation})")
-    typer.echo(f"inbox {st.inbox}")
-    typer.echo(f"  lease      {lease}")
-    typer.echo(f"  events     {st.pending} pending, {st.running} running, {st.done} done, {st.dead} dead")
-    typer.echo(f"  oldest     {span(st.oldest_pending_age)} (pending)")
-    typer.echo(f"  outbox     {st.held_messages} held; last send "
+    echo(f"inbox {safe(st.inbox)}")
+    echo(f"  lease      {lease}")
+    echo(f"  events     {st.pending} pending, {st.running} running, {st.done} done, {st.dead} dead")
+    echo(f"  oldest     {span(st.oldest_pending_age)} (pending)")
+    echo(f"  outbox     {st.held_messages} held; last send "
                + (f"{when(st.last_sent)} ({relative(st.last_sent, now)})" if st.last_sent else "never"))
-    typer.echo(f"  approvals  {st.pending_approvals} pending")
+    echo(f"  approvals  {st.pending_approvals} pending")
     if not upcoming:
-        typer.echo("  timers     none")
+        echo("  timers     none")
     for n, t in enumerate(upcoming):
         repeat = f"every {span(t.every)}" if t.every else (f"cron {t.cron}" if t.cron else "once")
-        typer.echo(f"  {'timers' if n == 0 else '':<10} {t.id}: {when(t.due)} ({relative(t.due, now)}), {repeat}")
+        echo(f"  {'timers' if n == 0 else '':<10} {safe(t.id)}: {when(t.due)} ({relative(t.due, now)}), {repeat}")
 
 
 # -- dead events and requeue ------------------------------------------------------------
@@ -224,9 +232,9 @@ def requeue(event_id: Optional[int] = typer.Argument(None, help="A dead event's 
         emit_json({"requeued": [asdict(e) for e in requeued]})
         return
     if not requeued:
-        typer.echo(f"inbox {inbox!r} has no dead events: nothing requeued")
+        echo(f"inbox {inbox!r} has no dead events: nothing requeued")
     for e in requeued:
-        typer.echo(f"requeued event {e.id} ({e.source}/{e.source_id}) in inbox {e.inbox!r}")
+        echo(f"requeued event {e.id} ({safe(e.source)}/{safe(e.source_id)}) in inbox {e.inbox!r}")
 
 
 # -- approvals --------------------------------------------------------------------------
@@ -262,9 +270,9 @@ def answer(inbox: str, request_id: str,
     if as_json:
         emit_json({"inbox": inbox, "request_id": request_id, "outcome": outcome})
     else:
-        typer.echo(outcome)
+        echo(outcome)
     if outcome == "unknown":
-        typer.echo(f"wakeful: no approval {request_id!r} was requested in inbox {inbox!r}", err=True)
+        echo(f"wakeful: no approval {request_id!r} was requested in inbox {inbox!r}", err=True)
         raise typer.Exit(1)
 
 
@@ -359,7 +367,7 @@ def incidents(since: int = typer.Option(86400, help="Seconds back."), as_json: b
     if as_json:
         emit_json({k: [asdict(x) for x in v] for k, v in found.items()})
         return
-    typer.echo(render(found, now - since, now) or f"nothing went wrong in the last {span(since)}")
+    echo(render(found, now - since, now) or f"nothing went wrong in the last {span(since)}")
 
 
 COMMANDS: tuple[Callable[..., None], ...] = (
