@@ -263,3 +263,47 @@ effects = Table(
           postgresql_where=text("status IN ('ready', 'executing')"),
           sqlite_where=text("status IN ('ready', 'executing')")),
 )
+
+
+# Grants of the egress proxy (proxy/, store/grants.py): a random token, stored only as its
+# sha256, bound to an inbox and a lease generation; a run's grant lives while that generation
+# holds the lease, an effect's while its effect executes (tool_use_id, attempt).
+grants = Table(
+    "grants",
+    metadata,
+    Column("token_hash", String(64), nullable=False),
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("holder", String(255), nullable=False),  # who asked for it (shown, never checked)
+    Column("routes", JSON, nullable=False),  # route names the grant covers
+    Column("tool_use_id", String(SOURCE_ID_MAX)),  # set: an effect's grant
+    Column("attempt", Integer),  # the effect's attempt it was minted for
+    Column("created", BigInteger, nullable=False),
+    Column("expires", BigInteger, nullable=False),
+    PrimaryKeyConstraint("token_hash"),
+    Index("ix_grants_inbox", "inbox", "expires"),  # minting clears the inbox's expired grants
+)
+
+# One row per request through the proxy: who (inbox, generation, tool use), where (route,
+# method, path without its query), what came of it; never a header or a body.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", BigInteger, nullable=False),
+    Column("inbox", String(INBOX_MAX)),  # NULL: no grant, or one the store does not know
+    Column("generation", BigInteger),
+    Column("tool_use_id", String(SOURCE_ID_MAX)),
+    Column("route", String(64), nullable=False),
+    Column("method", String(16), nullable=False),
+    Column("path", String(1024), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("bytes", BigInteger, nullable=False, server_default=text("0")),
+    Column("duration_ms", Integer, nullable=False, server_default=text("0")),
+    Column("outcome", String(32), nullable=False),  # "ok" or why not (store/grants.py OUTCOMES)
+    Index("ix_audit_inbox", "inbox", "id"),
+    Index("ix_audit_at", "at"),  # retention
+    # /metrics counts the requests that did not go well, by route and outcome.
+    Index("ix_audit_not_ok", "route", "outcome",
+          postgresql_where=text("outcome <> 'ok'"), sqlite_where=text("outcome <> 'ok'")),
+)
