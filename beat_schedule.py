@@ -32,6 +32,11 @@ def beat_schedule(settings: Any) -> dict[str, dict[str, Any]]:
             "schedule": settings.dispatch_interval,
             "options": {"expires": settings.dispatch_interval},
         },
+        "execute-effects": {  # the agent kit's tool calls whose ring was lost or whose executor died
+            "task": "wakeful.execute_effects",
+            "schedule": settings.sweep_interval,
+            "options": {"expires": settings.sweep_interval},
+        },
         "purge": {
             "task": "wakeful.purge",
             "schedule": settings.purge_interval,

@@ -12,7 +12,8 @@ call ``run.heartbeat()``: it renews at once and raises :class:`LeaseLost` once a
 has taken the inbox over (this process stalled), so the run stops early instead of doing work
 whose finish would be refused anyway.
 
-Choose the agent with ``WAKEFUL_AGENT=module:callable``.
+Choose the agent with ``WAKEFUL_AGENT=module:callable``, or ``WAKEFUL_AGENT=claude`` for the
+built-in Claude agent (agent/claude.py, configured by ``WAKEFUL_AGENT_CONFIG``).
 """
 
 from __future__ import annotations
@@ -46,8 +47,18 @@ class Run:
 Agent = Callable[[Run], Outcome | None]
 
 
+# Built-in agents chosen by a bare name (``WAKEFUL_AGENT=claude``).
+BUILTIN = {"claude": "agent.claude:agent", "demo": "agent.demo:agent"}
+
+
 def load_agent(spec: str) -> Agent:
-    """Import ``module:callable``; a clear error when it is not there."""
+    """Import ``module:callable`` (or a built-in's name); a clear error when it is not there.
+    The claude agent's config is read and checked here, so a bad one stops a worker's start."""
+    spec = BUILTIN.get(spec, spec)
+    if spec == BUILTIN["claude"]:
+        from agent.claude import configured
+
+        configured()
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(f"agent {spec!r} must be module:callable")

@@ -31,6 +31,7 @@ ROUTES = {
     "wakeful.scan_timers": {"queue": CONTROL_QUEUE},
     "wakeful.sweep": {"queue": CONTROL_QUEUE},
     "wakeful.purge": {"queue": CONTROL_QUEUE},
+    "wakeful.execute_effects": {"queue": CONTROL_QUEUE},
     "wakeful.dispatch_outbox": {"queue": OUTBOX_QUEUE},
 }
 

@@ -103,6 +103,10 @@ def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: fl
     finally:
         if any(r.get("messages") for r in runs):
             ring_dispatch(inbox)  # the first message after a quiet spell goes out now
+        if any(r.get("effects") for r in runs):
+            from tasks.effects import ring_effects
+
+            ring_effects(inbox)  # committed or released tool calls run now (agent kit)
     return summary
 
 
@@ -196,7 +200,8 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     else:
         assert outcome is not None
         result.update(outcome="done", messages=len(outcome.messages),
-                      approvals=len(outcome.approvals), timers=len(outcome.timers))
+                      approvals=len(outcome.approvals), timers=len(outcome.timers),
+                      effects=len(outcome.effects) + len(outcome.answered))
     return result, step
 
 

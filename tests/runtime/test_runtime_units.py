@@ -58,7 +58,7 @@ def test_celery_config_is_a_doorbell_broker_config() -> None:
     assert c["task_routes"]["wakeful.run_inbox"]["queue"] != "celery"
     assert {t["task"] for t in c["beat_schedule"].values()} == {
         "wakeful.scan_timers", "wakeful.sweep", "wakeful.dispatch_outbox", "wakeful.purge",
-        "wakeful.daily_summary"}
+        "wakeful.daily_summary", "wakeful.execute_effects"}
 
 
 def test_embedded_config_has_no_fanout_features() -> None:

@@ -1,0 +1,65 @@
+"""Executing committed effects: what the ``wakeful.execute_effects`` task (tasks/effects.py)
+calls, after the finish that committed them.
+
+Per effect, three steps, none of them holding a transaction across the tool call:
+
+1. ``begin`` (one transaction): ready -> executing, attempts + 1; or a stale executing one
+   taken again (at-least-once) or marked interrupted (at-most-once);
+2. the tool call, with the effect's ``idempotency_key`` (the same on every try);
+3. ``record`` (one transaction): done with the result, ingested as ``("tool", tool_use_id)``.
+
+The policy is checked again at execution: a tool removed or denied since the call was
+committed is refused (the model is told), so a stored approval never outlives the policy
+that allowed it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from store import EffectRow, Store
+from store.effects import Effects
+
+from agent import tools
+from agent.config import AgentConfig
+
+log = logging.getLogger("wakeful.agent.effects")
+
+
+@dataclass(frozen=True)
+class Executed:
+    inbox: str
+    tool_use_id: str
+    tool: str
+    outcome: str  # "done", "error" (the tool failed), "refused", "superseded", "skipped"
+
+
+def execute_runnable(store: Store, cfg: AgentConfig, inbox: str | None = None, limit: int = 100) -> list[Executed]:
+    """Every effect that may run now (of ``inbox``, or all), each once."""
+    book = Effects(store)
+    done = []
+    for name, tool_use_id in book.runnable(stale_after=cfg.effect_timeout, inbox=inbox, limit=limit):
+        done.append(execute(book, cfg, name, tool_use_id))
+    return done
+
+
+def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Executed:
+    effect = book.begin(inbox, tool_use_id, stale_after=cfg.effect_timeout)
+    if effect is None:
+        return Executed(inbox, tool_use_id, "", "skipped")  # another executor has it, or it is not ready
+    tool = cfg.tools.get(effect.tool)
+    if tool is None or tool.policy == "deny":
+        book.refuse(inbox, tool_use_id, f"the tool {effect.tool!r} is no longer allowed; nothing ran")
+        return Executed(inbox, tool_use_id, effect.tool, "refused")
+    result = tools.run(tool, dict(effect.input), _call(effect))
+    if not book.record(inbox, tool_use_id, effect.attempts, result):
+        log.warning("effect %s/%s: attempt %d finished after another took over; its result is dropped",
+                    inbox, tool_use_id, effect.attempts)
+        return Executed(inbox, tool_use_id, effect.tool, "superseded")
+    return Executed(inbox, tool_use_id, effect.tool, "error" if result["is_error"] else "done")
+
+
+def _call(effect: EffectRow) -> tools.ToolCall:
+    return tools.ToolCall(id=effect.tool_use_id, name=effect.tool, inbox=effect.inbox,
+                          idempotency_key=effect.idempotency_key, attempt=effect.attempts)

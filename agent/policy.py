@@ -1,0 +1,79 @@
+"""What happens to one tool use the model asks for: the policy, decided before anything runs.
+
+- a runtime tool (stay silent, mark urgent): noted, answered at once;
+- a tool not configured, or ``policy = "deny"``: an error tool_result (denied tools are
+  never offered, so the model named it anyway);
+- an input its ``input_schema`` refuses: an error tool_result, nothing runs;
+- ``ask``: an effect that waits for a human's yes;
+- ``allow`` + ``read``: runs inline, in the run;
+- ``allow`` + ``write``: an effect, run after the finish commits it.
+
+A run that read untrusted text turns ``allow`` write tools into ``ask``: text from a third
+party may have steered the model, so a human sees the write first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jsonschema
+
+from agent.config import RUNTIME_TOOLS, AgentConfig, Tool
+
+Kind = Literal["runtime", "refuse", "inline", "effect", "ask"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: Kind
+    tool: Tool | None = None
+    reason: str = ""  # for "refuse": what the model is told; for "ask" after untrusted text: why
+
+
+def decide(config: AgentConfig, name: str, tool_input: Any, untrusted: bool) -> Decision:
+    if name in RUNTIME_TOOLS:
+        return Decision("runtime")
+    tool = config.tools.get(name)
+    if tool is None or tool.policy == "deny":
+        return Decision("refuse", tool, f"the tool {name!r} is not available; nothing ran")
+    problem = invalid_input(tool, tool_input)
+    if problem:
+        return Decision("refuse", tool, f"invalid input for {name!r}: {problem}; nothing ran")
+    if tool.policy == "ask":
+        return Decision("ask", tool)
+    if tool.effect == "read":
+        return Decision("inline", tool)
+    if untrusted:
+        return Decision("ask", tool, "this run read untrusted text, so a write needs a human's yes")
+    return Decision("effect", tool)
+
+
+def invalid_input(tool: Tool, tool_input: Any) -> str | None:
+    if not isinstance(tool_input, dict):
+        return "the input must be a JSON object"
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(tool.input_schema).iter_errors(tool_input))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{where + ': ' if where else ''}{error.message}"
+
+
+def offered(config: AgentConfig) -> list[dict[str, Any]]:
+    """The tools the model is told about: every configured tool but the denied ones, and the
+    runtime's own."""
+    tools = [{"name": t.name, "description": t.description or t.name, "input_schema": t.input_schema}
+             for t in config.tools.values() if t.policy != "deny"]
+    return tools + RUNTIME_TOOL_SPECS
+
+
+RUNTIME_TOOL_SPECS: list[dict[str, Any]] = [
+    {"name": "stay_silent",
+     "description": "Send nothing this time: nothing changed that the user needs to hear about. "
+                    "Any text you write after this is not sent.",
+     "input_schema": {"type": "object", "properties": {"reason": {"type": "string"}}}},
+    {"name": "mark_urgent",
+     "description": "Send your reply now instead of holding it for the next digest: use only "
+                    "when the user must know at once.",
+     "input_schema": {"type": "object", "properties": {"reason": {"type": "string"}}}},
+]

@@ -1,0 +1,186 @@
+"""A scripted Messages API on loopback: the model for tests and ``wakeful demo agent``.
+
+It speaks the real wire format (``POST /v1/messages``), so the agent runs the real
+``anthropic`` SDK over real HTTP against it (``ANTHROPIC_BASE_URL``): retries, timeouts and
+parsing are the SDK's own. Its "model" follows a tiny script written in the user's text:
+
+- ``call TOOL {json}``: a ``tool_use`` of TOOL with that input (several lines, several uses
+  in one reply, each with a fresh ``toolu_`` id as the real API gives);
+- ``silent``: it calls ``stay_silent``; ``urgent``: it calls ``mark_urgent`` and replies;
+- anything else: a reply ``Noted: <the text>``.
+
+Given tool results it reports them: ``TOOL: <content>`` (or ``TOOL failed: ...``). Tests can
+make the next requests fail with a status (``fail_next``) or hold one until released
+(``hold_next``), and read every request the SDK sent (``requests``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_CALL = re.compile(r"^\s*call\s+([A-Za-z0-9_-]+)\s*(\{.*\})?\s*$")
+
+
+def reply_to(request: dict[str, Any]) -> dict[str, Any]:
+    """The scripted model: one reply to one Messages API request."""
+    messages = request.get("messages") or []
+    last = messages[-1] if messages else {"role": "user", "content": []}
+    content = last.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    results = [b for b in blocks if b.get("type") == "tool_result"]
+    text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    uses: list[dict[str, Any]] = []
+    said = [_report(messages, results)] if results else []
+    for line in text.splitlines():
+        match = _CALL.match(line)
+        if match:
+            uses.append(_use(match.group(1), json.loads(match.group(2) or "{}")))
+        elif line.strip() == "silent":
+            uses.append(_use("stay_silent", {}))
+        elif line.strip() == "urgent":
+            uses.append(_use("mark_urgent", {}))
+            said.append("Urgent: something needs you now.")
+        elif line.strip() and not line.startswith(("<untrusted", "</untrusted")):
+            said.append(f"Noted: {line.strip()}")
+    out = ([{"type": "text", "text": " | ".join(said)}] if said else []) + uses
+    if not out:
+        out = [{"type": "text", "text": "Noted."}]
+    return _message(request, out, "tool_use" if uses else "end_turn")
+
+
+def _report(messages: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
+    names = {}
+    for m in messages:
+        if m.get("role") == "assistant" and isinstance(m.get("content"), list):
+            names.update({b["id"]: b["name"] for b in m["content"] if b.get("type") == "tool_use"})
+    lines = []
+    for r in results:
+        name = names.get(r["tool_use_id"], "tool")
+        if name in ("stay_silent", "mark_urgent"):
+            continue
+        body = r.get("content")
+        body = body if isinstance(body, str) else json.dumps(body)
+        lines.append(f"{name} failed: {body}" if r.get("is_error") else f"{name}: {body}")
+    return " | ".join(lines) or "Noted."
+
+
+def _use(name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": name, "input": tool_input}
+
+
+def _message(request: dict[str, Any], content: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+    size = len(json.dumps(request.get("messages", [])))
+    return {"id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
+            "model": request.get("model", "scripted"), "content": content, "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": size // 4 + 1, "output_tokens": len(json.dumps(content)) // 4 + 1}}
+
+
+class ScriptedModel:
+    """The server: ``with ScriptedModel() as model: ... model.base_url ...``."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self._failures: list[int] = []
+        self._holds: list[threading.Event] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> ScriptedModel:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        for hold in self._holds:
+            hold.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> ScriptedModel:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def fail_next(self, count: int, status: int = 500) -> None:
+        with self._lock:
+            self._failures.extend([status] * count)
+
+    def hold_next(self) -> threading.Event:
+        """The next request waits until the returned event is set (a model call that hangs)."""
+        hold = threading.Event()
+        with self._lock:
+            self._holds.append(hold)
+        return hold
+
+    def _next_action(self, request: dict[str, Any]) -> tuple[int | None, threading.Event | None]:
+        with self._lock:
+            self.requests.append(request)
+            if self._failures:
+                return self._failures.pop(0), None
+            hold = next((h for h in self._holds if not getattr(h, "taken", False)), None)
+            if hold is not None:
+                hold.taken = True  # type: ignore[attr-defined]
+            return None, hold
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+                length = int(self.headers.get("content-length") or 0)
+                try:
+                    request = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    return self._send(400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                                        "message": "not JSON"}})
+                if self.path.split("?")[0] != "/v1/messages":
+                    return self._send(404, {"type": "error", "error": {"type": "not_found_error",
+                                                                        "message": self.path}})
+                status, hold = model._next_action(request)
+                if hold is not None:
+                    hold.wait(600)
+                if status is not None:
+                    return self._send(status, {"type": "error", "error": {"type": "api_error",
+                                                                           "message": "scripted failure"}})
+                self._send(200, reply_to(request))
+
+            def _send(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:  # quiet: tests read .requests instead
+                pass
+
+        return Handler
+
+
+def main() -> None:  # python -m agent.scripted [port]: serve until interrupted
+    import sys
+
+    model = ScriptedModel(port=int(sys.argv[1]) if len(sys.argv) > 1 else 0).start()
+    print(model.base_url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        model.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""``wakeful.execute_effects``: run the tool calls with effects that a finish committed.
+
+Rung right after a run whose finish committed or released an effect (tasks/runs.py), and
+ticked by beat so an effect whose ring was lost, or whose executor died, is still taken
+(agent/effects.py: at-least-once retakes a stale one, at-most-once reports it interrupted).
+Each result is ingested as an event, and the inbox is rung so the agent hears it now.
+
+Runs on the control queue: the agent's tool code runs here, outside the agent's run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tasks.application import app
+from tasks.celeryconfig import CONTROL_QUEUE
+from tasks.doorbell import _RETRY, ring
+from tasks.runtime import get_store
+from tasks.settings import settings
+
+log = logging.getLogger("wakeful.effects")
+
+
+@app.task(name="wakeful.execute_effects")
+def execute_effects(inbox: Any = None) -> dict[str, Any]:
+    if settings.agent not in ("claude", "agent.claude:agent"):
+        return {"executed": 0, "skipped": "the agent is not the built-in claude agent"}
+    from agent.claude import configured
+    from agent.effects import execute_runnable
+
+    cfg, _client = configured()
+    done = execute_runnable(get_store(), cfg, inbox if isinstance(inbox, str) else None)
+    for name in sorted({d.inbox for d in done if d.outcome not in ("skipped",)}):
+        ring(name)  # the result is an event: wake the agent
+    return {"executed": [[d.inbox, d.tool_use_id, d.tool, d.outcome] for d in done]}
+
+
+def ring_effects(inbox: str) -> None:
+    """After a finish that committed or released an effect."""
+    try:
+        app.send_task("wakeful.execute_effects", kwargs={"inbox": inbox}, queue=CONTROL_QUEUE,
+                      ignore_result=True, retry=True, retry_policy=_RETRY)
+    except Exception as exc:  # a lost ring costs one beat interval, nothing more
+        log.warning("ringing the effect executor for %r failed: %s", inbox, exc)

@@ -1,0 +1,40 @@
+"""Tools the agent tests configure. Each call is appended, one JSON line, to the file named
+by ``WAKEFUL_TEST_TOOL_LOG`` before it returns: the tests count executions from there."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from typing import Any
+
+from agent.tools import ToolCall
+
+
+def _log(call: ToolCall, tool_input: dict[str, Any]) -> int:
+    path = os.environ["WAKEFUL_TEST_TOOL_LOG"]
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"tool": call.name, "id": call.id, "key": call.idempotency_key,
+                            "attempt": call.attempt, "inbox": call.inbox, "input": tool_input,
+                            "pid": os.getpid()}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for line in f if json.loads(line)["id"] == call.id)
+
+
+def lookup(tool_input: dict[str, Any], call: ToolCall) -> dict[str, Any]:
+    _log(call, tool_input)
+    return {"order": tool_input["order"], "status": "shipped"}
+
+
+def refund(tool_input: dict[str, Any], call: ToolCall) -> str:
+    _log(call, tool_input)
+    return f"refunded order {tool_input['order']}"
+
+
+def refund_then_die(tool_input: dict[str, Any], call: ToolCall) -> str:
+    """The first try reaches the service, then its executor dies before recording it."""
+    if _log(call, tool_input) == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"refunded order {tool_input['order']}"
