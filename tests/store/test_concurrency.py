@@ -271,3 +271,20 @@ def test_an_ingest_is_one_autocommit_statement_and_durable_at_return(pg_store) -
     assert sent == ["INSERT", "INSERT"] and commits[0] == 0
     with store.engine.connect() as other:
         assert other.execute(text("SELECT count(*) FROM events WHERE inbox = 'a'")).scalar() == 1
+
+
+def test_takeovers_of_different_inboxes_never_wait_for_each_other(pg_store) -> None:  # type: ignore[no-untyped-def]
+    """A takeover counts itself on its own inbox's row: while one takeover's transaction is
+    still open, a takeover of another inbox goes through (a shared counters row would make it
+    wait for that lock, and give up after lock_timeout with None)."""
+    from store import runs
+    from store.db import transaction
+
+    store = pg_store(lock_timeout=1)
+    for inbox in ("a", "b"):
+        assert store.acquire(inbox, "W0", now=T) == 1
+    with transaction(store.engine) as conn:
+        got = runs.acquire(conn, store.settings, "a", "W1", T + 1000)  # open, uncommitted
+        assert got.took_over and got.generation == 2
+        assert store.acquire("b", "W2", now=T + 1000) == 2
+    assert store.counters()["lease_takeovers"] == 2
