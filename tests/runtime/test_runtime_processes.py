@@ -228,6 +228,7 @@ def test_worker_killed_mid_run_another_worker_finishes_with_attempts_2(make_clus
     assert holder_pid(run.holder) != pid
     assert pgid_of(holder_pid(run.holder)) == survivor.pid
     assert len(c.store.outbox("dave")) == 1
+    assert c.store.counters()["lease_takeovers"] == 1  # counted on dave's own row
 
 
 def test_sweep_rings_lost_doorbells_and_extra_doorbells_cost_nothing(make_cluster) -> None:
