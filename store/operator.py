@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, case, delete, func, select, update
 
 from . import approvals as approval_rules
 from . import counters as counter_rules
+from . import grants as grant_rules
 from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
 from .records import InboxStatus, RunRecord
@@ -76,6 +77,8 @@ def metrics(conn: Connection, now: int) -> dict[str, Any]:
         "timers_overdue": overdue,
         "rejected": refused,
         "counters": counter_rules.read(conn),
+        # The egress proxy's refused or failed requests {route: {outcome: n}} (store/grants.py).
+        "proxy_not_ok": grant_rules.not_ok_counts(conn),
     }
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 
 from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
 from . import counters as counter_rules
+from . import grants as grant_rules
 from . import memory as memory_rules
 from . import errors
 from .db import clock, create, lock_timed_out, transaction
@@ -354,3 +355,30 @@ class Store:
     def counters(self) -> dict[str, int]:
         with self._transaction() as conn:
             return counter_rules.read(conn)
+
+    # -- the egress proxy's grants and audit trail (store/grants.py) ---------------------
+
+    def mint_grant(self, inbox: str, holder: str, gen: int, routes: Iterable[str], ttl: int, *,
+                   tool_use_id: str | None = None, attempt: int | None = None,
+                   now: int | None = None) -> str | None:
+        """A grant token for ``routes`` (None when refused): a run's grant needs the live lease
+        (holder, gen); an effect's (``tool_use_id``) needs that effect executing."""
+        names = grant_rules.check_mint_input(inbox, holder, gen, routes, ttl, tool_use_id, attempt)
+        with self._transaction() as conn:
+            return grant_rules.mint(conn, inbox, holder, gen, names, ttl, tool_use_id, attempt, now)
+
+    def check_grant(self, token: str | None, route: str, *, now: int | None = None) -> grant_rules.GrantCheck:
+        """May a request on ``route`` carrying ``token`` go upstream (one statement)."""
+        with self._transaction() as conn:
+            return grant_rules.check(conn, token, route, now)
+
+    def record_egress(self, check: grant_rules.GrantCheck, route: str, method: str, path: str,
+                      status: int, size: int = 0, duration_ms: int = 0, outcome: str | None = None, *,
+                      now: int | None = None) -> None:
+        """One audit row for a proxied or refused request (never headers or bodies)."""
+        with self._transaction() as conn:
+            grant_rules.record(conn, check, route, method, path, status, size, duration_ms, outcome, now)
+
+    def audit(self, inbox: str | None = None, *, limit: int = 100) -> list[grant_rules.AuditEntry]:
+        with self._transaction() as conn:
+            return grant_rules.view(conn, inbox, limit)

@@ -101,6 +101,13 @@ class _Collector:
         for origin, count in sorted(f.get("rejected", {}).items()):
             rejected.add_metric([origin], count)
         yield rejected
+        proxy = CounterMetricFamily("wakeful_proxy_not_ok",
+                                    "Requests the egress proxy refused or that failed upstream, by route "
+                                    "and outcome (the audit trail, within retention)", labels=["route", "outcome"])
+        for route, outcomes in sorted(f.get("proxy_not_ok", {}).items()):
+            for outcome, count in sorted(outcomes.items()):
+                proxy.add_metric([route, outcome], count)
+        yield proxy
         web = CounterMetricFamily("wakeful_web_refusals",
                                   "Requests this web process refused, by route and reason",
                                   labels=["route", "reason"])
