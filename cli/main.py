@@ -151,6 +151,11 @@ from cli.operator import register as _register_operator_commands  # noqa: E402
 
 _register_operator_commands(cli)
 
+# `wakeful hooks set|list|remove|rekey|new-key`: per-inbox webhook secrets (cli/hooks.py).
+from cli.hooks import hooks_cli  # noqa: E402
+
+cli.add_typer(hooks_cli, name="hooks")
+
 
 @cli.command()
 def purge(older_than: Optional[int] = typer.Option(None, help="Seconds (default "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
 from . import counters as counter_rules
 from . import grants as grant_rules
+from . import hook_secrets as hook_secret_rules
 from . import memory as memory_rules
 from . import errors
 from .db import clock, create, lock_timed_out, transaction
@@ -351,6 +352,58 @@ class Store:
     def rejections(self, *, limit: int = 100) -> list[Rejection]:
         with self._transaction() as conn:
             return inbox_rules.rejections(conn, limit)
+
+    # -- per-inbox webhook secrets (store/hook_secrets.py: sealed with ``cipher``) --------
+
+    def set_hook_secrets(self, inbox: str, kind: str, secrets: Sequence[str], *, cipher: Any,
+                         now: int | None = None) -> None:
+        """Replace the secrets ``inbox`` verifies ``kind`` deliveries with (1 or 2)."""
+        values = hook_secret_rules.check(inbox, kind, secrets)
+        sealed = hook_secret_rules.seal(cipher, inbox, kind, values)
+        with self._transaction() as conn:
+            hook_secret_rules.put(conn, inbox, kind, sealed, now)
+
+    def remove_hook_secrets(self, inbox: str, kind: str | None = None) -> int:
+        """Rows removed: one kind, or every kind of the inbox."""
+        with self._transaction() as conn:
+            return hook_secret_rules.remove(conn, inbox, kind)
+
+    def hook_secrets(self, *, cipher: Any) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Every inbox's secrets by kind; a row the cipher cannot open is ``()`` (verifies
+        nothing: the inbox fails closed)."""
+        with self._transaction() as conn:
+            stored = hook_secret_rules.rows(conn)
+        out: dict[str, dict[str, tuple[str, ...]]] = {}
+        for inbox, kind, sealed, _ in stored:
+            try:
+                out.setdefault(inbox, {})[kind] = hook_secret_rules.unseal(cipher, inbox, kind, sealed)
+            except hook_secret_rules.SecretsKeyError:
+                out.setdefault(inbox, {})[kind] = ()
+        return out
+
+    def hook_secret_list(self, *, cipher: Any = None) -> list[hook_secret_rules.HookSecretRow]:
+        """(inbox, kind, how many secrets, updated) per row: never a secret. The count is -1
+        when no cipher is given or it cannot open the row."""
+        with self._transaction() as conn:
+            stored = hook_secret_rules.rows(conn)
+        out = []
+        for inbox, kind, sealed, updated in stored:
+            try:
+                count = len(hook_secret_rules.unseal(cipher, inbox, kind, sealed)) if cipher else -1
+            except hook_secret_rules.SecretsKeyError:
+                count = -1
+            out.append(hook_secret_rules.HookSecretRow(inbox, kind, count, updated))
+        return out
+
+    def rekey_hook_secrets(self, *, cipher: Any) -> int:
+        """Re-encrypt every row under the cipher's first key (``MultiFernet.rotate``)."""
+        with self._transaction() as conn:
+            stored = hook_secret_rules.rows(conn)
+            for inbox, kind, sealed, updated in stored:
+                hook_secret_rules.unseal(cipher, inbox, kind, sealed)  # refuses a foreign row
+                hook_secret_rules.put(conn, inbox, kind, cipher.rotate(sealed.encode("ascii")).decode("ascii"),
+                                      updated)
+        return len(stored)
 
     def counters(self) -> dict[str, int]:
         with self._transaction() as conn:

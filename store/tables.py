@@ -230,6 +230,20 @@ rejected = Table(
     Index("ix_rejected_received", "received"),
 )
 
+# Per-inbox webhook secrets, one row per (inbox, sender kind). ``secrets`` is a Fernet token
+# (store/hook_secrets.py): a dump of the database alone does not reveal them.
+HOOK_KINDS = ("github", "stripe", "standard")
+hook_secrets = Table(
+    "hook_secrets",
+    metadata,
+    Column("inbox", String(INBOX_MAX), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("secrets", Text, nullable=False),
+    Column("updated", BigInteger, nullable=False),
+    PrimaryKeyConstraint("inbox", "kind"),
+    CheckConstraint("kind IN ('github', 'stripe', 'standard')", name="kind"),
+)
+
 
 # A tool call with an effect (agent/effects.py), committed by the run's finish and executed
 # after it. One row per (inbox, tool_use id): a tool use that was never committed has no row

@@ -105,6 +105,9 @@ class Settings:
     # The approval links' keys ("new,old" while rotating; the web edge reads the same
     # variable): wakeful.answer_approval accepts an answer only with a token they signed.
     approval_secret: str = field(default="", repr=False)
+    # Fernet keys ("new,old" while rotating) that encrypt the per-inbox webhook secrets in
+    # the database (`wakeful hooks`); read by the web process and the CLI, never stored.
+    secrets_key: str = field(default="", repr=False)
 
     # --- Flower ---
     # "user:password[,user:password]". Flower refuses to start without it (`wakeful flower`).

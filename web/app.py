@@ -7,6 +7,7 @@ simple doorbell: ``create_app(store=Store.connect(url), ring=rung.append)``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +20,21 @@ from starlette.responses import JSONResponse, Response
 from . import approvals, ops, receivers
 from .access_log import AccessLog
 from .edge import Check, Edge, Ring, _default_store
+from .hooks import HookSecrets, loader as hook_loader
 from .settings import WebSettings
+
+
+log = logging.getLogger("wakeful.web")
+
+
+def _warn_global_secrets(settings: WebSettings) -> None:
+    names = [name for name, values in (("WAKEFUL_GITHUB_SECRETS", settings.github_secrets),
+                                       ("WAKEFUL_STRIPE_SECRETS", settings.stripe_secrets),
+                                       ("WAKEFUL_WEBHOOK_SECRETS", settings.webhook_secrets)) if values]
+    if names:
+        log.warning("%s verify deliveries to EVERY inbox without secrets of its own: whoever can "
+                    "sign for one such inbox can write into all of them. For several senders, "
+                    "give each inbox its own (`wakeful hooks set INBOX KIND SECRET`).", ", ".join(names))
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -55,6 +70,8 @@ def create_app(
         broker_check=broker_check,
         clock=clock or time.time,
     )
+    edge.hook_secrets = HookSecrets(hook_loader(lambda: edge.store, settings.secrets_key), edge.clock)
+    _warn_global_secrets(settings)
     app = Starlette(
         routes=[*receivers.routes, *approvals.routes, *ops.routes],
         exception_handlers={404: _not_found, 405: _method_not_allowed},

@@ -71,6 +71,7 @@ class Edge:
     ring_fn: Ring | None = None
     broker_check: Check | None = None
     clock: Callable[[], float] = time.time
+    hook_secrets: Any = None  # web.hooks.HookSecrets: each inbox's own webhook secrets
     refusals: Counter = field(default_factory=Counter)  # (origin, code) -> count, this process
     doorbells: Counter = field(default_factory=Counter)  # returned / late / failed / skipped, this process
     unrecorded: Counter = field(default_factory=Counter)  # origin -> refusals not written to the store

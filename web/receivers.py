@@ -11,7 +11,7 @@ GitHub puts the event type in a header, so the body alone would lose it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,15 +25,16 @@ from .refusals import Refused
 from .settings import WebSettings
 from .signatures import verify_github, verify_standard, verify_stripe
 
-Verify = Callable[[bytes, Mapping[str, str], WebSettings, int], None]
+Verify = Callable[[bytes, Mapping[str, str], Sequence[str], WebSettings, int], None]
 
 
 @dataclass(frozen=True)
 class Sender:
     """One kind of webhook sender: how it signs, and where its idempotency key and event type are."""
 
-    source: str  # the event key's source
-    verify: Verify
+    source: str  # the event key's source, and the kind in `wakeful hooks set INBOX KIND`
+    verify: Verify  # (body, headers, secrets, settings, now): raises Refused
+    global_secrets: Callable[[WebSettings], tuple[str, ...]]  # for inboxes without their own
     source_id: Callable[[Mapping[str, str], dict[str, Any]], Any]
     event_type: Callable[[Mapping[str, str], dict[str, Any]], Any]
 
@@ -69,22 +70,25 @@ def _optional_field(name: str) -> Callable[[Mapping[str, str], dict[str, Any]], 
 SENDERS: dict[str, Sender] = {
     "github": Sender(
         source="github",
-        verify=lambda body, headers, s, now: verify_github(body, headers, s.github_secrets),
+        verify=lambda body, headers, secrets, s, now: verify_github(body, headers, secrets),
+        global_secrets=lambda s: s.github_secrets,
         # the same across GitHub's (manual) redeliveries of one delivery
         source_id=_header("x-github-delivery"),
         event_type=lambda headers, _body: headers.get("x-github-event"),
     ),
     "stripe": Sender(
         source="stripe",
-        verify=lambda body, headers, s, now: verify_stripe(
-            body, headers, s.stripe_secrets, now=now, tolerance=s.tolerance),
+        verify=lambda body, headers, secrets, s, now: verify_stripe(
+            body, headers, secrets, now=now, tolerance=s.tolerance),
+        global_secrets=lambda s: s.stripe_secrets,
         source_id=_field("id"),  # evt_...: the same across Stripe's retries
         event_type=_optional_field("type"),
     ),
     "standard": Sender(
         source="standard",
-        verify=lambda body, headers, s, now: verify_standard(
-            body, headers, s.webhook_secrets, now=now, tolerance=s.tolerance),
+        verify=lambda body, headers, secrets, s, now: verify_standard(
+            body, headers, secrets, now=now, tolerance=s.tolerance),
+        global_secrets=lambda s: s.webhook_secrets,
         source_id=_header("webhook-id"),  # the spec's idempotency key
         event_type=_optional_field("type"),
     ),
@@ -97,17 +101,23 @@ def receiver(sender: Sender) -> Callable[[Request, Edge, Context], Any]:
         settings = edge.settings
         check_json_content_type(request)
         body = await read_bounded(request, settings.max_body_bytes)
-        ctx.body = body
         headers = request.headers
         # The id header is not covered by GitHub's signature, but it names the delivery in
         # the rejection record, which is what an operator searches for.
         ctx.source_id = headers.get("x-github-delivery") or headers.get("webhook-id")
-        sender.verify(body, headers, settings, edge.now())
+        inbox = request.path_params["inbox"]
+        # An inbox with secrets of its own is verified by those only: a sender that can sign
+        # for inbox A cannot write into inbox B.
+        own = await edge.hook_secrets.own(inbox)
+        secrets = sender.global_secrets(settings) if own is None else own.get(sender.source, ())
+        sender.verify(body, headers, secrets, settings, edge.now())
+        # Only a signed body is kept as an excerpt of a later refusal: an unsigned one can
+        # carry anything.
+        ctx.body = body
         data = parse_object(body, max_depth=settings.max_depth, max_int_digits=settings.max_int_digits)
         source_id = sender.source_id(headers, data)
         ctx.source_id = source_id
         payload = {"type": sender.event_type(headers, data), "body": data}
-        inbox = request.path_params["inbox"]
         stored = await _ingest(edge, inbox, sender.source, source_id, payload)
         if stored:
             await edge.ring(inbox)

@@ -48,6 +48,8 @@ class WebSettings:
     # Keys for approval tokens. The first signs new links; any of them verifies, so a key
     # can be rotated without breaking links already sent. None set: approvals are refused.
     approval_secrets: tuple[str, ...] = field(default=(), repr=False)
+    # Fernet keys that open the per-inbox webhook secrets in the store (`wakeful hooks`).
+    secrets_key: str = field(default="", repr=False)
     # Largest request body read, in bytes. The store keeps payloads up to 256 KiB as compact
     # JSON; 1 MiB leaves room for pretty-printed senders while bounding the memory one
     # request can take. Refused with 413 from Content-Length, before the body is read.
@@ -93,7 +95,7 @@ class WebSettings:
                 ) from None
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, (int, float)) and value <= 0:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
                 raise SettingsError(f"{f.name} must be a positive integer")
 
     @classmethod
@@ -104,6 +106,7 @@ class WebSettings:
             stripe_secrets=_secrets(env, "WAKEFUL_STRIPE_SECRETS"),
             webhook_secrets=_secrets(env, "WAKEFUL_WEBHOOK_SECRETS"),
             approval_secrets=_secrets(env, "WAKEFUL_APPROVAL_SECRET"),
+            secrets_key=env.get("WAKEFUL_SECRETS_KEY", "").strip(),
             max_body_bytes=_int(env, "WAKEFUL_WEB_MAX_BODY", cls.max_body_bytes),
             tolerance=_int(env, "WAKEFUL_WEB_TOLERANCE", cls.tolerance),
             approval_token_ttl=_int(env, "WAKEFUL_APPROVAL_TOKEN_TTL", cls.approval_token_ttl),

@@ -28,6 +28,16 @@ def _require_secrets(secrets: Sequence[object], kind: str) -> None:
         raise Refused("no_secret", f"no secret is configured for {kind} webhooks")
 
 
+def check_secret(kind: str, secret: str) -> None:
+    """``ValueError`` (naming the kind, never the value) for a secret ``kind`` cannot use:
+    Standard Webhooks secrets are ``whsec_`` + base64; the others are any text."""
+    if kind == "standard":
+        try:
+            Webhook(secret)
+        except Exception:  # noqa: BLE001 - the library raises several types
+            raise ValueError("a Standard Webhooks secret must be whsec_ followed by base64") from None
+
+
 def _timestamp(raw: str | None, now: int, tolerance: int, header: str) -> int:
     if raw is None or raw == "":
         raise Refused("no_signature", f"missing {header}")
