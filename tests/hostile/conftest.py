@@ -4,7 +4,6 @@ own home directory; everything runs on loopback."""
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from databases import REDIS_HOST, REDIS_PORT, reserved_redis_db
-from hostile_support import APPROVAL_SECRET
+from hostile_support import stack_env
 
 from store import Store
 
@@ -45,26 +44,6 @@ class Doors:
             return wait_for(condition, timeout, what)
         except TimeoutError:
             raise AssertionError(f"{what}: not within {timeout}s\n{self.logs()}") from None
-
-
-def stack_env(home: Path, database_url: str, broker_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WAKEFUL_", "FLOWER_"))}
-    env.update({
-        "WAKEFUL_HOME": str(home),
-        "WAKEFUL_DATABASE_URL": database_url,
-        "WAKEFUL_BROKER_URL": broker_url,
-        "WAKEFUL_OUTBOX_CHANNEL": f"jsonl:{home / 'sent.jsonl'}",
-        "WAKEFUL_AGENT": "agent.demo:agent",
-        "WAKEFUL_SWEEP_INTERVAL": "1",
-        "WAKEFUL_SCAN_INTERVAL": "1",
-        "WAKEFUL_LEASE_TTL": "5",
-        # every refusal of the flood below is recorded (the default bounds the writes)
-        "WAKEFUL_REJECTIONS_PER_SECOND": "10000",
-        "WAKEFUL_APPROVAL_SECRET": APPROVAL_SECRET,
-        "PYTHONUNBUFFERED": "1",
-    })
-    env.update(extra)
-    return env
 
 
 @pytest.fixture
