@@ -86,6 +86,7 @@ class ScriptedModel:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.replies: list[dict[str, Any]] = []  # every successful reply, in the order sent
         self._failures: list[int] = []
         self._holds: list[threading.Event] = []
         self._lock = threading.Lock()
@@ -155,7 +156,10 @@ class ScriptedModel:
                 if status is not None:
                     return self._send(status, {"type": "error", "error": {"type": "api_error",
                                                                            "message": "scripted failure"}})
-                self._send(200, reply_to(request))
+                reply = reply_to(request)
+                with model._lock:
+                    model.replies.append(reply)
+                self._send(200, reply)
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()

@@ -15,7 +15,7 @@ from agent.claude import ClaudeRun
 from agent.config import load
 from agent.effects import execute_runnable
 from agent.scripted import ScriptedModel
-from conftest import calls
+from agent_support import calls
 from store import Outcome, Store
 from store.effects import Effects
 
