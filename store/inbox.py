@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Connection, Insert, and_, bindparam, func, select, update
+from sqlalchemy import Connection, Insert, and_, bindparam, delete, func, select, update
 
 from . import leases, validate
 from .db import NOW, clock_expr, dialect_insert, insert
@@ -120,13 +120,17 @@ def requeue(conn: Connection, inbox: str | None, event_id: int | None) -> list[E
     return sorted((to_event(r) for r in rows), key=lambda e: e.id)
 
 
+# Rows the rejection table keeps at most: weeks of ordinary refusals, a few MB at most.
+REJECTIONS_KEPT = 10_000
+
+
 def record_rejection(conn: Connection, origin: str, reason: str, inbox: Any, source: Any, source_id: Any,
                      excerpt: Any, now: int | None) -> None:
     def bounded(value: Any, limit: int) -> str | None:
         return None if value is None else validate.excerpt(value if isinstance(value, (str, bytes)) else repr(value), limit)
 
-    conn.execute(
-        rejected.insert().values(
+    newest = conn.execute(
+        rejected.insert().returning(rejected.c.id).values(
             received=clock_expr(now),
             origin=bounded(origin, 64) or "unknown",
             reason=bounded(reason, 2000) or "invalid",
@@ -135,7 +139,11 @@ def record_rejection(conn: Connection, origin: str, reason: str, inbox: Any, sou
             source_id=bounded(source_id, 256),
             excerpt=None if excerpt is None else validate.excerpt(excerpt),
         )
-    )
+    ).scalar_one()
+    # A flood must not grow the table without bound, whatever the rate limits in front of
+    # it let through: the oldest rows beyond the cap go (one indexed range delete, usually
+    # of nothing). Retention (purge) still removes rows by age.
+    conn.execute(delete(rejected).where(rejected.c.id <= newest - REJECTIONS_KEPT))
 
 
 def rejections(conn: Connection, limit: int) -> list[Rejection]:

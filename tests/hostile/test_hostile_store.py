@@ -59,3 +59,14 @@ def test_an_answer_left_after_retention_is_not_inherited_by_a_new_request(store:
         with pytest.raises(ApprovalConflict, match="already answered"):
             store.request_approval("a", "r1", action, 600, now=LATER)
     assert store.approvals("a", pending_only=False) == []  # nothing half-stored
+
+
+def test_the_rejection_table_keeps_the_newest_rows_up_to_its_cap(store: Store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from store import inbox as inbox_rules
+
+    monkeypatch.setattr(inbox_rules, "REJECTIONS_KEPT", 5)
+    for n in range(12):
+        store.record_rejection("queue:celery", f"flood {n}", excerpt="x" * 10_000)
+    rows = store.rejections(limit=100)
+    assert [r.reason for r in rows] == [f"flood {n}" for n in range(11, 6, -1)]
+    assert all(len(r.excerpt) <= 500 for r in rows)  # never the whole body
