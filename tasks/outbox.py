@@ -13,6 +13,7 @@ from typing import Any
 
 from tasks import faults
 from tasks.application import app
+from tasks.approval_links import with_links
 from tasks.channels import Send, load_channel
 from tasks.runtime import get_store
 from tasks.settings import settings
@@ -25,7 +26,8 @@ _channel: Send | None = None
 def get_channel() -> Send:
     global _channel
     if _channel is None:
-        _channel = faults.wrap_send(load_channel(settings.outbox_channel, settings))
+        # Approval links are minted here, never in the worker that runs agent code.
+        _channel = faults.wrap_send(with_links(load_channel(settings.outbox_channel, settings)))
     return _channel
 
 

@@ -16,6 +16,7 @@ import html
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -121,8 +122,31 @@ async def show(request: Request, edge: Edge, ctx: Context) -> Response:
         '<button name="answer" value="yes">Yes</button> '
         '<button name="answer" value="no">No</button></form>'
     )
-    body = f"<p>Approval <b>{e(request_id)}</b> for <b>{e(inbox)}</b></p>{form}"
+    details = await run_in_threadpool(_tool_details, edge, inbox, request_id)
+    body = f"<p>Approval <b>{e(request_id)}</b> for <b>{e(inbox)}</b></p>{details}{form}"
     return HTMLResponse(_page(body), headers=_HEADERS)
+
+
+def _tool_details(edge: Edge, inbox: str, request_id: str) -> str:
+    """For a tool call of the agent kit (store/effects.py): the tool, its input as formatted
+    JSON, the model's words and the deadline. Empty for any other approval."""
+    import json
+    import time
+
+    from store.effects import Effects
+
+    effect = Effects(edge.store).get(inbox, request_id)
+    if effect is None:
+        return ""
+    e = html.escape
+    deadline = next((a.deadline for a in edge.store.approvals(inbox, pending_only=False)
+                     if a.request_id == request_id), None)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(deadline)) if deadline else "unknown"
+    pretty = json.dumps(effect.input, indent=2, sort_keys=True, ensure_ascii=False)
+    said = f'<p>It said: <q id="words">{e(effect.words)}</q></p>' if effect.words else ""
+    return (f'<p>The agent wants to run the tool <b id="tool">{e(effect.tool)}</b> with this input:</p>'
+            f'<pre id="input" style="background:#f4f4f4;padding:.5em">{e(pretty)}</pre>{said}'
+            f'<p>Answer before <b id="deadline">{e(when)}</b>; after that nothing runs.</p>')
 
 
 def _outcome_text(outcome: str, given: str) -> str:
