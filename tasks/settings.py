@@ -27,7 +27,7 @@ class Settings:
     home: Path = Path("var")
     # The store. Empty: a SQLite file under `home` (the embedded default). In production a
     # postgresql+psycopg:// URL: PostgreSQL decides what is true.
-    database_url: str = ""
+    database_url: str = field(default="", repr=False)  # may carry a password
     # The doorbell broker. Empty: kombu's SQLAlchemy transport on SQLite under `home` (durable,
     # cross-process, FIFO). In production redis://:password@host:6379/0.
     broker_url: str = field(default="", repr=False)
@@ -37,7 +37,7 @@ class Settings:
     # The agent: module:callable taking a Run and returning an Outcome.
     agent: str = "agent.demo:agent"
     # Outbox channel: "log", "jsonl:/path", an http(s):// URL (webhook), or module:callable.
-    outbox_channel: str = "log"
+    outbox_channel: str = field(default="log", repr=False)  # a URL may carry a token
 
     # --- the store's rules (passed to Store.connect): the defaults and their reasons are
     # the store's own, in store/settings.py; the runtime renews the lease between steps and

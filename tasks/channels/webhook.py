@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
@@ -18,6 +19,22 @@ from store import AT_LEAST_ONCE, OutgoingMessage
 log = logging.getLogger("wakeful.outbox.webhook")
 
 _RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+def shown(url: str) -> str:
+    """The URL as logs and errors show it: userinfo and query values (where tokens travel)
+    replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        if parts.username is not None or parts.password is not None:
+            host = "***@" + host
+        query = urlencode([(k, "***") for k, _ in parse_qsl(parts.query, keep_blank_values=True)])
+        return urlunsplit((parts.scheme, host, parts.path, query, ""))
+    except ValueError:
+        return "<webhook URL>"
 
 
 class WebhookError(RuntimeError):
@@ -30,6 +47,7 @@ class WebhookChannel:
     def __init__(self, url: str, *, timeout: float = 10.0, attempts: int = 4,
                  header: str = "", backoff: float = 0.5) -> None:
         self.url = url
+        self.shown_url = shown(url)  # the only form of the URL that is ever logged or raised
         self.attempts = attempts
         self.backoff = backoff
         headers = {"User-Agent": "wakeful-outbox/1"}
@@ -47,20 +65,24 @@ class WebhookChannel:
             try:
                 response = self._client.post(self.url, json=body, headers=headers)
             except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
+                # httpx's message names the failure, never the URL; scrub it anyway
+                problem = f"{type(exc).__name__}: {exc}".replace(self.url, self.shown_url)
             else:
                 if response.is_success:
                     return
                 problem = f"HTTP {response.status_code}"
                 if response.status_code not in _RETRY_STATUS:
-                    raise WebhookError(f"{self.url} refused message {message.key}: {problem}")
+                    raise WebhookError(f"{self.shown_url} refused message {message.key}: {problem}")
             if attempt < self.attempts:
                 delay = self.backoff * 2 ** (attempt - 1)
                 log.warning("webhook %s attempt %d/%d failed (%s); retrying in %.1fs",
-                            self.url, attempt, self.attempts, problem, delay)
+                            self.shown_url, attempt, self.attempts, problem, delay)
                 time.sleep(delay)
-        raise WebhookError(f"{self.url} did not take message {message.key} after "
+        raise WebhookError(f"{self.shown_url} did not take message {message.key} after "
                            f"{self.attempts} attempts: {problem}")
+
+    def __repr__(self) -> str:
+        return f"WebhookChannel({self.shown_url!r})"
 
     def close(self) -> None:
         self._client.close()
