@@ -151,6 +151,11 @@ from cli.operator import register as _register_operator_commands  # noqa: E402
 
 _register_operator_commands(cli)
 
+# `wakeful proxy` (the egress proxy process) and `wakeful audit` live in cli/proxy_cli.py.
+from cli.proxy_cli import register as _register_proxy_commands  # noqa: E402
+
+_register_proxy_commands(cli)
+
 # `wakeful hooks set|list|remove|rekey|new-key`: per-inbox webhook secrets (cli/hooks.py).
 from cli.hooks import hooks_cli  # noqa: E402
 

@@ -1,0 +1,165 @@
+"""The worker's side of the egress proxy: clients that carry a grant, never a key.
+
+The runtime mints a grant (store/grants.py) and wraps it in an ``Egress``:
+
+- for a run, ``for_run(store, inbox, holder, generation, routes, ttl)``: the routes of the
+  agent's model and read tools; good while this generation holds the inbox's lease;
+- for an effect, ``for_effect(store, inbox, holder, generation, tool_use_id, attempt, routes,
+  ttl)``: the routes of that write; good while that attempt of the effect executes.
+
+``Egress.http(route)`` is an ``httpx.Client`` whose base URL is ``{proxy}/{route}``;
+``Egress.anthropic_client()`` an ``anthropic.Anthropic`` whose API key is the grant (the proxy
+takes it from ``Authorization: Bearer`` and sends the real key instead). Tools reach the
+current grant through ``using(egress)`` (a context variable) and ``client(route, call)``,
+which is what ``ToolCall.http(route)`` returns (agent/tools.py).
+
+Imports the store and httpx only (anthropic when asked for its client); never Celery.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+PROXY_URL_ENV = "WAKEFUL_PROXY_URL"
+DEFAULT_PROXY_URL = "http://127.0.0.1:8780"  # proxy/settings.py's default
+GRANT_HEADER = "X-Wakeful-Grant"
+# Methods that change nothing: sent with the input as the query, and no Idempotency-Key.
+READ_METHODS = ("GET", "HEAD")
+
+
+class EgressError(Exception):
+    """A request through the proxy that did not succeed: the status and the reason, which the
+    model sees as an error tool_result."""
+
+    def __init__(self, status: int, reason: str, outcome: str = "") -> None:
+        super().__init__(f"HTTP {status}: {reason}" if status else reason)
+        self.status, self.reason, self.outcome = status, reason, outcome
+
+
+def proxy_url(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return (env.get(PROXY_URL_ENV, "").strip() or DEFAULT_PROXY_URL).rstrip("/")
+
+
+@dataclass(frozen=True)
+class Egress:
+    proxy_url: str
+    grant: str = field(repr=False)
+    timeout: float = 60.0
+
+    def http(self, route: str) -> httpx.Client:
+        """A client for ``route``: relative URLs go to ``{proxy}/{route}/...`` with the grant."""
+        return httpx.Client(base_url=f"{self.proxy_url}/{route}", headers={GRANT_HEADER: self.grant},
+                            timeout=self.timeout, follow_redirects=False, trust_env=False)
+
+    def anthropic_client(self, route: str = "anthropic", **kwargs: Any) -> Any:
+        """``anthropic.Anthropic`` pointed at the proxy's ``route`` with the grant as its key."""
+        import anthropic
+
+        kwargs.setdefault("timeout", self.timeout)
+        return anthropic.Anthropic(api_key=self.grant, base_url=f"{self.proxy_url}/{route}", **kwargs)
+
+
+def for_run(store: Any, inbox: str, holder: str, generation: int, routes: Iterable[str], ttl: int,
+            proxy: str | None = None) -> Egress | None:
+    """A run's Egress (None: this holder no longer holds the lease at that generation)."""
+    grant = store.mint_grant(inbox, holder, generation, list(routes), ttl)
+    return Egress(proxy or proxy_url(), grant) if grant else None
+
+
+def for_effect(store: Any, inbox: str, holder: str, generation: int, tool_use_id: str, attempt: int,
+               routes: Iterable[str], ttl: int, proxy: str | None = None) -> Egress | None:
+    """An effect's Egress (None: that attempt of the effect is not executing)."""
+    grant = store.mint_grant(inbox, holder, generation, list(routes), ttl, tool_use_id=tool_use_id,
+                             attempt=attempt)
+    return Egress(proxy or proxy_url(), grant) if grant else None
+
+
+_current: ContextVar[Egress | None] = ContextVar("wakeful_egress", default=None)
+
+
+@contextmanager
+def using(egress: Egress | None) -> Iterator[Egress | None]:
+    """Tools called inside this block go through ``egress`` (the run's or the effect's)."""
+    token = _current.set(egress)
+    try:
+        yield egress
+    finally:
+        _current.reset(token)
+
+
+def current() -> Egress | None:
+    return _current.get()
+
+
+class RouteClient:
+    """A route as a tool uses it: ``request(method, path, input)`` returns the JSON (or text)
+    of a 2xx answer and raises ``EgressError`` with the status and reason otherwise (the
+    proxy's refusals included). ``http`` is the plain httpx client for anything else."""
+
+    def __init__(self, egress: Egress, route: str, idempotency_key: str | None = None) -> None:
+        self.route = route
+        self.idempotency_key = idempotency_key
+        self.http = egress.http(route)
+
+    def request(self, method: str, path: str, input: dict[str, Any] | None = None) -> Any:
+        method = method.upper()
+        headers = {}
+        if method not in READ_METHODS and self.idempotency_key:
+            headers["Idempotency-Key"] = self.idempotency_key
+        try:
+            if method in READ_METHODS:
+                response = self.http.request(method, path, params=_query(input), headers=headers)
+            else:
+                response = self.http.request(method, path, json=input or {}, headers=headers)
+        except httpx.TimeoutException:
+            raise EgressError(0, f"route {self.route!r}: the proxy did not answer in time") from None
+        except httpx.HTTPError as exc:
+            raise EgressError(0, f"route {self.route!r}: cannot reach the proxy ({type(exc).__name__})") from None
+        if not response.is_success:
+            raise EgressError(response.status_code, _reason(response), response.headers.get("x-wakeful-refused", ""))
+        if "json" in response.headers.get("content-type", ""):
+            try:
+                return response.json()
+            except ValueError:
+                pass
+        return response.text
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def client(route: str, call: Any = None) -> RouteClient:
+    """What ``ToolCall.http(route)`` returns: ``route`` under the current grant, with the
+    call's idempotency key on writes."""
+    egress = _current.get()
+    if egress is None:
+        raise EgressError(0, f"no egress grant for route {route!r}: the runtime did not set one "
+                             "(agent.egress.using) for this run or effect")
+    return RouteClient(egress, route, getattr(call, "idempotency_key", None))
+
+
+def _query(input: dict[str, Any] | None) -> dict[str, Any]:
+    # A query carries scalars; anything nested goes as its JSON text.
+    import json
+
+    return {k: v if isinstance(v, str | int | float) and not isinstance(v, bool) else json.dumps(v)
+            for k, v in (input or {}).items()}
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        message = body.get("error", {}).get("message") if isinstance(body, dict) else None
+        if isinstance(message, str) and message:
+            return message[:500]
+    except ValueError:
+        pass
+    return (response.text or response.reason_phrase)[:500]

@@ -1,0 +1,48 @@
+"""``python -m proxy`` (or ``wakeful proxy``): check the routes, then serve with uvicorn.
+
+A bad setting or routes table stops it before it listens, with an error that names the
+route and the variable (never a secret's value) and exit status 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvicorn
+
+from .routes import RoutesError, load
+from .settings import ProxySettings, SettingsError
+
+
+def _store():  # type: ignore[no-untyped-def]
+    # The runtime's settings decide the database (one source of truth with the workers and
+    # the web edge); tasks.settings imports the store only, never Celery.
+    from store import Store
+    from tasks.settings import settings
+
+    return Store.connect(settings.store_url, pool_size=4, **settings.store_options())
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = ProxySettings.from_env()
+        routes = load()
+    except (SettingsError, RoutesError) as exc:
+        print(f"wakeful proxy: {exc}", file=sys.stderr)
+        return 2
+    from .app import create_app
+
+    app = create_app(routes, _store(), settings)
+    host, port = settings.listen
+    logging.getLogger("wakeful.proxy").info("proxy: routes %s, listening on %s", ", ".join(sorted(routes)),
+                                            settings.url)
+    # No access log: uvicorn's prints query strings; the proxy logs method, path and outcome.
+    uvicorn.run(app, host=host, port=port, access_log=False, server_header=False, timeout_keep_alive=5,
+                log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""The egress proxy: ``{WAKEFUL_PROXY_URL}/{route}/{path}`` goes to the route's upstream with
+the route's secret on it, if the request's grant and the route's allowlist say so.
+
+For each request, in order (nothing goes upstream until all of them pass):
+
+1. The grant: ``X-Wakeful-Grant``, else the ``x-api-key`` or ``Authorization: Bearer`` header
+   (so an SDK given the grant as its API key works unchanged). None: 401.
+2. The store's check (one statement, store/grants.py): forged, expired, fenced (its lease
+   generation no longer holds the inbox), effect done, or the route not covered: 403.
+3. The route exists (404), the path has no dot, empty or encoded-slash segment, and the
+   route's allowlist allows the method and path: 403 otherwise.
+4. The request goes upstream without the caller's credentials, cookies or grant, with the
+   route's secret in the route's header and ``Accept-Encoding: identity`` (a compressed
+   body could not be scrubbed). Unreachable: 502; silent past the read timeout: 504.
+5. The response streams back as it arrives (server-sent events included), every route
+   secret replaced in its headers and body, cut at ``max_response_bytes``.
+6. One audit row (store/grants.py): inbox, generation, tool use, route, method, path without
+   its query, status, bytes, duration, outcome. Never a header or a body.
+
+Refusals answer in the Messages API's error shape (``{"type": "error", "error": {"type",
+"message"}}``) so the anthropic SDK, and any tool, shows the reason; the header
+``x-wakeful-refused`` names the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import anyio
+import httpx
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route as StarletteRoute
+from starlette.types import Receive, Scope, Send
+
+from store.grants import OUTCOMES, GrantCheck
+
+from .routes import Route
+from .scrub import Scrubber
+from .settings import ProxySettings
+
+log = logging.getLogger("wakeful.proxy")
+
+GRANT_HEADER = "x-wakeful-grant"
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+               "trailers", "transfer-encoding", "upgrade"}
+# Never forwarded: the caller's credentials of any kind, and what the proxy sets itself.
+_REQUEST_DROPPED = _HOP_BY_HOP | {"host", "content-length", "authorization", "x-api-key", GRANT_HEADER,
+                                  "cookie", "accept-encoding", "forwarded", "x-forwarded-for",
+                                  "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
+# The body is re-chunked (and may change length when scrubbed) and arrives decompressed.
+_RESPONSE_DROPPED = _HOP_BY_HOP | {"content-length", "content-encoding"}
+_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                413: "request_too_large", 502: "api_error", 503: "api_error", 504: "timeout_error"}
+
+
+def grant_of(headers: Headers) -> str | None:
+    """The request's grant: X-Wakeful-Grant, else what an SDK sends as its API key."""
+    for name in (GRANT_HEADER, "x-api-key"):
+        value = headers.get(name, "").strip()
+        if value:
+            return value
+    scheme, _, token = headers.get("authorization", "").strip().partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+@dataclass(frozen=True)
+class Target:
+    route: str  # the route's name, as asked
+    raw: str  # the path after the route, as sent (percent-encoded), for the upstream
+    path: str | None  # decoded, for the allowlist; None when a segment is unsafe
+
+
+def target_of(raw_path: bytes) -> Target:
+    """``/route/rest``: the route and the path below it. A path with a ``.``/``..``/empty
+    segment, or one hiding ``/``, ``\\``, ``%`` or NUL behind percent-encoding, has no
+    decoded form: an upstream could resolve it outside the prefix the allowlist checked."""
+    text = raw_path.decode("latin-1")
+    _, _, rest = text.partition("/")
+    name, slash, below = rest.partition("/")
+    raw = "/" + below if slash else "/"
+    segments = raw.split("/")[1:]
+    decoded = []
+    for n, segment in enumerate(segments):
+        value = unquote(segment, errors="strict") if "%" in segment else segment
+        last = n == len(segments) - 1
+        if (segment == "" and not last) or value in (".", "..") or any(c in value for c in "/\\%\x00"):
+            return Target(unquote(name), raw, None)
+        decoded.append(value)
+    return Target(unquote(name), raw, "/" + "/".join(decoded))
+
+
+class Proxy:
+    """The ASGI app behind every ``/{route}/...`` request."""
+
+    def __init__(self, routes: Mapping[str, Route], store: Any, settings: ProxySettings) -> None:
+        self.routes = dict(routes)
+        self.store = store
+        self.settings = settings
+        self.secrets = [r.secret for r in self.routes.values()]
+        self.client: httpx.AsyncClient | None = None
+
+    def new_client(self) -> httpx.AsyncClient:
+        s = self.settings
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=s.read_timeout,
+                                  pool=s.connect_timeout),
+            follow_redirects=False,  # a redirect goes back to the caller, who asks the proxy again
+            trust_env=False)  # HTTP(S)_PROXY and netrc are not this process's business
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        method = scope["method"]
+        headers = Headers(scope=scope)
+        target = target_of(scope.get("raw_path") or scope["path"].encode())
+        audit_path = target.path or target.raw
+        grant = grant_of(headers)
+        exchange = Exchange(self, send, target.route, method, audit_path, started)
+        if grant is None:
+            return await exchange.refuse(GrantCheck(401, "no_grant"), 401, "no_grant")
+        try:
+            check = await anyio.to_thread.run_sync(self.store.check_grant, grant, target.route)
+        except Exception as exc:  # noqa: BLE001 - the store is down: refuse, and say so
+            log.error("proxy: grant check failed: %s", type(exc).__name__)
+            return await exchange.answer(503, "the proxy cannot reach its store", "store_down")
+        route = self.routes.get(target.route)
+        if route is None:
+            return await exchange.refuse(check, 404, "unknown_route")
+        if not check.allowed:
+            return await exchange.refuse(check, check.status, check.outcome)
+        if target.path is None:
+            return await exchange.refuse(check, 403, "bad_path")
+        if not route.allows(method, target.path):
+            return await exchange.refuse(check, 403, "path_not_allowed")
+        body = await _read_body(receive, headers, self.settings.max_request_bytes)
+        if body is None:
+            return await exchange.refuse(check, 413, "request_too_large")
+        await exchange.forward(check, route, target, headers, scope.get("query_string", b""), body, receive)
+
+
+async def _read_body(receive: Receive, headers: Headers, limit: int) -> bytes | None:
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class Exchange:
+    """One request's way through the proxy, and its audit row."""
+
+    def __init__(self, proxy: Proxy, send: Send, route: str, method: str, path: str, started: float) -> None:
+        self.proxy, self.send = proxy, send
+        self.route, self.method, self.path, self.started = route, method, path, started
+
+    async def refuse(self, check: GrantCheck, status: int, outcome: str) -> None:
+        # Recorded first: by the time the caller reads the refusal, the audit has it.
+        await self.record(check, status, 0, outcome)
+        await self.answer(status, OUTCOMES[outcome], outcome)
+
+    async def answer(self, status: int, reason: str, outcome: str) -> None:
+        body = json.dumps({"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"),
+                                                       "message": f"wakeful proxy: {reason}"}}).encode()
+        await self.send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"x-wakeful-refused", outcome.encode())]})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def record(self, check: GrantCheck, status: int, size: int, outcome: str) -> None:
+        ms = int((time.monotonic() - self.started) * 1000)
+        log.info("proxy: %s %s %s -> %s %s (%d bytes, %d ms, inbox %s, generation %s)", self.route,
+                 self.method, self.path[:200], status, outcome, size, ms, check.inbox, check.generation)
+        with anyio.CancelScope(shield=True):  # a caller that went away still leaves its row
+            try:
+                await anyio.to_thread.run_sync(lambda: self.proxy.store.record_egress(
+                    check, self.route, self.method, self.path, status, size, ms, outcome))
+            except Exception as exc:  # noqa: BLE001 - the answer is sent; say the row is missing
+                log.error("proxy: audit row not written (%s): %s %s %s", type(exc).__name__,
+                          self.route, self.method, self.path[:200])
+
+    async def forward(self, check: GrantCheck, route: Route, target: Target, headers: Headers,
+                      query: bytes, body: bytes, receive: Receive) -> None:
+        url = route.upstream + target.raw + (("?" + query.decode("latin-1")) if query else "")
+        name, secret = route.credential()
+        outgoing = [(k, v) for k, v in headers.raw if k.decode("latin-1").lower() not in _REQUEST_DROPPED
+                    and k.decode("latin-1").lower() != name]
+        outgoing += [(name.encode(), secret.encode()), (b"accept-encoding", b"identity")]
+        client = self.proxy.client
+        assert client is not None, "the proxy's HTTP client starts with the app (lifespan)"
+        try:
+            request = client.build_request(self.method, url, headers=outgoing, content=body)
+            upstream = await client.send(request, stream=True)
+        except httpx.TimeoutException:
+            return await self.refuse(check, 504, "upstream_timeout")
+        except (httpx.HTTPError, ValueError) as exc:
+            log.warning("proxy: %s upstream unreachable: %s", route.name, type(exc).__name__)
+            return await self.refuse(check, 502, "upstream_down")
+        try:
+            size, outcome = await self.relay(upstream, receive)
+        finally:
+            await upstream.aclose()
+        await self.record(check, upstream.status_code, size, outcome)
+        if outcome != "client_gone":  # the end of the body, once the audit has the request
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def relay(self, upstream: httpx.Response, receive: Receive) -> tuple[int, str]:
+        """Stream the scrubbed response, all but its end; (bytes sent, outcome)."""
+        scrubber = Scrubber(self.proxy.secrets)
+        headers = [(scrubber.whole(k), scrubber.whole(v)) for k, v in upstream.headers.raw
+                   if k.decode("latin-1").lower() not in _RESPONSE_DROPPED]
+        await self.send({"type": "http.response.start", "status": upstream.status_code, "headers": headers})
+        state = {"size": 0, "outcome": "ok"}
+        limit = self.proxy.settings.max_response_bytes
+
+        async def emit(data: bytes) -> bool:
+            room = limit - state["size"]
+            if len(data) > room:
+                data, state["outcome"] = data[:room], "response_cut"
+            if data:
+                state["size"] += len(data)
+                await self.send({"type": "http.response.body", "body": data, "more_body": True})
+            return state["outcome"] == "ok"
+
+        async def pump(cancel: anyio.CancelScope) -> None:
+            try:
+                async for chunk in upstream.aiter_bytes():
+                    if not await emit(scrubber.feed(chunk)):
+                        break
+            except httpx.TimeoutException:
+                state["outcome"] = "upstream_timeout"
+            except httpx.HTTPError:
+                state["outcome"] = "upstream_cut"
+            if state["outcome"] != "response_cut":
+                await emit(scrubber.finish())
+            cancel.cancel()
+
+        async def watch(cancel: anyio.CancelScope) -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            state["outcome"] = "client_gone"
+            cancel.cancel()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(pump, tasks.cancel_scope)
+            tasks.start_soon(watch, tasks.cancel_scope)
+        return int(state["size"]), str(state["outcome"])
+
+
+def create_app(routes: Mapping[str, Route], store: Any, settings: ProxySettings | None = None) -> Starlette:
+    """The proxy as an ASGI app: ``GET /healthz`` and every ``/{route}/...`` path."""
+    proxy = Proxy(routes, store, settings or ProxySettings())
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
+        async with proxy.new_client() as client:
+            proxy.client = client
+            yield
+
+    async def healthz(request: Request) -> JSONResponse:
+        try:
+            await anyio.to_thread.run_sync(store.ping)
+        except Exception as exc:  # noqa: BLE001 - any failure means the store is down
+            return JSONResponse({"store": f"down ({type(exc).__name__})"}, status_code=503)
+        return JSONResponse({"store": "ok", "routes": sorted(proxy.routes)})
+
+    return Starlette(routes=[StarletteRoute("/healthz", healthz, methods=["GET"]), Mount("", app=proxy)],
+                     lifespan=lifespan)

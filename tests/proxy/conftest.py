@@ -1,0 +1,123 @@
+"""One real proxy process (``wakeful proxy``) per test module, on a PostgreSQL database of its
+own, in front of a fake upstream on loopback. The two canary secrets are in the proxy's
+environment only: this process keeps them to check what the upstream received."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from databases import create_pg_database, drop_pg_database
+from proxy_support import Upstream
+
+from cli.processes import Proc, Processes, free_port, wait_for
+from store import Store
+
+WAKEFUL = str(Path(sys.executable).parent / "wakeful")
+SECRET_VARS = ("WAKEFUL_TEST_SHOP_TOKEN", "WAKEFUL_TEST_ANTHROPIC_KEY", "ANTHROPIC_API_KEY")
+
+
+@dataclass
+class Stack:
+    store: Store
+    upstream: Upstream
+    proxy_url: str
+    proc: Proc
+    procs: Processes
+    shop_secret: str
+    anthropic_secret: str
+    database_url: str
+    home: Path
+
+    def lease(self, inbox: str, holder: str = "w1") -> int:
+        gen = self.store.acquire(inbox, holder)
+        assert gen is not None
+        return gen
+
+    def grant(self, inbox: str, routes: list[str], holder: str = "w1", ttl: int = 600) -> str:
+        gen = self.lease(inbox, holder)
+        token = self.store.mint_grant(inbox, holder, gen, routes, ttl)
+        assert token is not None
+        return token
+
+    def get(self, path: str, grant: str | None = None, method: str = "GET", **kwargs: object) -> httpx.Response:
+        headers = dict(kwargs.pop("headers", {}) or {})  # type: ignore[call-overload]
+        if grant is not None:
+            headers["X-Wakeful-Grant"] = grant
+        return httpx.request(method, self.proxy_url + path, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+
+
+def routes_toml(upstream: str, closed_port: int) -> str:
+    return f"""
+[agent]
+model = "claude-test"
+
+[routes.shop]
+upstream = "{upstream}/shop"
+secret_env = "WAKEFUL_TEST_SHOP_TOKEN"
+allow = ["GET /orders/", "POST /refunds", "GET /stream", "GET /slow", "GET /big", "GET /gzip"]
+
+[routes.anthropic]
+upstream = "{upstream}/anthropic"
+secret_env = "WAKEFUL_TEST_ANTHROPIC_KEY"
+header = "x-api-key"
+allow = ["POST /v1/messages"]
+
+[routes.down]
+upstream = "http://127.0.0.1:{closed_port}"
+secret_env = "WAKEFUL_TEST_SHOP_TOKEN"
+allow = ["GET /"]
+"""
+
+
+def proxy_env(home: Path, database_url: str, config: Path, url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS and not k.startswith("WAKEFUL_")}
+    env.update({"WAKEFUL_HOME": str(home), "WAKEFUL_DATABASE_URL": database_url,
+                "WAKEFUL_AGENT_CONFIG": str(config), "WAKEFUL_PROXY_URL": url,
+                "WAKEFUL_PROXY_READ_TIMEOUT": "1.5", "WAKEFUL_PROXY_MAX_RESPONSE_BYTES": "65536"})
+    env.update(extra)
+    return env
+
+
+def wait_healthy(url: str, proc: Proc, timeout: float = 60.0) -> None:
+    def healthy() -> bool:
+        if not proc.alive():
+            raise RuntimeError(f"the proxy exited:\n{proc.text()[-3000:]}")
+        try:
+            return httpx.get(url + "/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, timeout, "the proxy's /healthz")
+
+
+@pytest.fixture(scope="module")
+def stack(pg_template: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    name = f"wakeful_px_{uuid.uuid4().hex[:12]}"
+    database_url = create_pg_database(name, template=pg_template)
+    home = tmp_path_factory.mktemp("proxy")
+    upstream = Upstream().start()
+    config = home / "agent.toml"
+    config.write_text(routes_toml(upstream.url, free_port()))
+    shop_secret = "shop-canary-" + secrets.token_hex(16)
+    anthropic_secret = "sk-ant-canary-" + secrets.token_hex(16)
+    url = f"http://127.0.0.1:{free_port()}"
+    procs = Processes(proxy_env(home, database_url, config, url), home / "logs")
+    proc = procs.start("proxy", [WAKEFUL, "proxy"], extra_env={
+        "WAKEFUL_TEST_SHOP_TOKEN": shop_secret, "WAKEFUL_TEST_ANTHROPIC_KEY": anthropic_secret})
+    store = Store.connect(database_url, lease_ttl=60)
+    try:
+        wait_healthy(url, proc)
+        yield Stack(store, upstream, url, proc, procs, shop_secret, anthropic_secret, database_url, home)
+    finally:
+        procs.stop_all()
+        upstream.stop()
+        store.dispose()
+        drop_pg_database(name)

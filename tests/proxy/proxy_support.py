@@ -1,0 +1,156 @@
+"""Fake upstreams on loopback for the proxy's tests: a real uvicorn server in a thread that
+records every request it receives (method, path, query, headers, body).
+
+- ``/shop/stream``: server-sent events; a secret split across two chunks; the last event
+  waits until the test says it has read the first ones (``gate``), so passing proves the
+  proxy streams as the events arrive, with no timing in the test.
+- ``/shop/slow``: answers after ``slow_seconds``; ``/shop/big``: ``big_bytes`` of body;
+  ``/shop/gzip``: a gzip-encoded body holding a secret.
+- ``/shop/...`` otherwise: echoes the request (headers included) as JSON, and its
+  Authorization header in ``x-echo-auth``: the upstream that would leak a key.
+- ``/anthropic/v1/messages``: a scripted Messages API (JSON, or SSE when ``stream`` is true),
+  whose text echoes the ``x-api-key`` it was sent, split across chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from cli.processes import free_port
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Upstream:
+    slow_seconds: float = 5.0
+    big_bytes: int = 200_000
+    requests: list[Seen] = field(default_factory=list)
+    gate: threading.Event = field(default_factory=threading.Event)
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self.requests]
+
+    def app(self) -> Starlette:
+        async def record(request: Request) -> Seen:
+            seen = Seen(request.method, request.url.path, request.url.query,
+                        {k.lower(): v for k, v in request.headers.items()}, await request.body())
+            self.requests.append(seen)
+            return seen
+
+        async def wait_gate() -> bool:
+            return await anyio.to_thread.run_sync(self.gate.wait, 30)
+
+        async def shop(request: Request) -> Response:
+            seen = await record(request)
+            path = seen.path.removeprefix("/shop")
+            if path == "/stream":
+                return StreamingResponse(self._events(seen, wait_gate), media_type="text/event-stream")
+            if path == "/slow":
+                await asyncio.sleep(self.slow_seconds)
+                return JSONResponse({"late": True})
+            if path == "/big":
+                return Response(b"x" * self.big_bytes, media_type="application/octet-stream")
+            if path == "/gzip":
+                body = gzip.compress(json.dumps({"auth": seen.headers.get("authorization")}).encode())
+                return Response(body, media_type="application/json", headers={"content-encoding": "gzip"})
+            return JSONResponse({"method": seen.method, "path": path, "query": seen.query,
+                                 "headers": seen.headers, "body": seen.body.decode(errors="replace")},
+                                headers={"x-echo-auth": seen.headers.get("authorization", "")})
+
+        async def messages(request: Request) -> Response:
+            seen = await record(request)
+            body = json.loads(seen.body or b"{}")
+            key = seen.headers.get("x-api-key", "")
+            if body.get("stream"):
+                return StreamingResponse(self._messages_sse(body, key, wait_gate), media_type="text/event-stream")
+            return JSONResponse(_message(body, f"hello; you sent key {key}"))
+
+        return Starlette(routes=[Route("/anthropic/v1/messages", messages, methods=["POST"]),
+                                 Route("/shop/{rest:path}", shop,
+                                       methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])])
+
+    async def _events(self, seen: Seen, wait_gate: Any):  # type: ignore[no-untyped-def]
+        auth = seen.headers.get("authorization", "").encode()
+        yield b"data: first\n\n"
+        await asyncio.sleep(0.05)
+        yield b"data: auth " + auth[:12]  # the secret, split across chunks
+        await asyncio.sleep(0.05)
+        yield auth[12:] + b"\n\n"
+        ok = await wait_gate()
+        yield b"data: " + (b"last" if ok else b"gate-timed-out") + b"\n\n"
+
+    async def _messages_sse(self, body: dict[str, Any], key: str, wait_gate: Any):  # type: ignore[no-untyped-def]
+        def event(kind: str, data: dict[str, Any]) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        start = _message(body, "")
+        start["content"], start["stop_reason"] = [], None
+        yield event("message_start", {"type": "message_start", "message": start})
+        yield event("content_block_start", {"type": "content_block_start", "index": 0,
+                                            "content_block": {"type": "text", "text": ""}})
+        yield event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                            "delta": {"type": "text_delta", "text": "streamed "}})
+        split = event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                              "delta": {"type": "text_delta", "text": f"key {key} "}})
+        cut = split.index(key.encode()) + len(key) // 2 if key else len(split) // 2
+        yield split[:cut]
+        await asyncio.sleep(0.05)
+        yield split[cut:]
+        ok = await wait_gate()
+        yield event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                            "delta": {"type": "text_delta", "text": "end" if ok else "gate-timed-out"}})
+        yield event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        yield event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn",
+                                                                         "stop_sequence": None},
+                                      "usage": {"output_tokens": 5}})
+        yield event("message_stop", {"type": "message_stop"})
+
+    def start(self) -> "Upstream":
+        self.port = free_port()
+        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning",
+                                timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the fake upstream did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+def _message(body: dict[str, Any], text: str) -> dict[str, Any]:
+    return {"id": "msg_fake_1", "type": "message", "role": "assistant", "model": body.get("model", "m"),
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 4}}

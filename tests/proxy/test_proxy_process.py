@@ -1,0 +1,192 @@
+"""The real proxy process (`wakeful proxy`) against a fake upstream on loopback: the secret goes
+out, never back; refusals send nothing upstream; streams pass as they arrive; every request
+leaves an audit row."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from conftest import Stack
+
+from agent.egress import Egress, EgressError, RouteClient, using, client
+from proxy.scrub import REDACTED
+
+pytestmark = [pytest.mark.postgres, pytest.mark.processes]
+
+
+def _outcomes(stack: Stack, inbox: str) -> list[tuple[str, str, int, str]]:
+    return [(e.method, e.path, e.status, e.outcome) for e in stack.store.audit(inbox)]
+
+
+def test_an_allowed_request_carries_the_routes_secret_and_never_brings_it_back(stack: Stack) -> None:
+    grant = stack.grant("px-ok", ["shop"])
+    with Egress(stack.proxy_url, grant).http("shop") as http:
+        response = http.get("/orders/17", params={"q": "1"},
+                            headers={"Authorization": "Bearer sk-the-workers-own", "Cookie": "a=b"})
+    assert response.status_code == 200
+    seen = stack.upstream.requests[-1]
+    assert (seen.method, seen.path, seen.query) == ("GET", "/shop/orders/17", "q=1")
+    assert seen.headers["authorization"] == f"Bearer {stack.shop_secret}"  # the real key went out
+    assert "x-wakeful-grant" not in seen.headers and "cookie" not in seen.headers
+    assert seen.headers["accept-encoding"] == "identity"
+    # the upstream echoed its headers, body and header: the key is gone from all of it
+    assert stack.shop_secret not in response.text and REDACTED.decode() in response.text
+    assert response.headers["x-echo-auth"] == f"Bearer {REDACTED.decode()}"
+    assert grant not in response.text
+    [entry] = stack.store.audit("px-ok")
+    assert (entry.route, entry.method, entry.path, entry.status, entry.outcome) == (
+        "shop", "GET", "/orders/17", 200, "ok")
+    assert entry.bytes == len(response.content) and entry.generation == stack.lease("px-ok")
+
+
+def test_refusals_say_why_and_send_nothing_upstream(stack: Stack) -> None:
+    grant = stack.grant("px-no", ["shop"])
+    model_only = stack.store.mint_grant("px-no", "w1", stack.lease("px-no"), ["anthropic"], 600)
+    before = len(stack.upstream.requests)
+    cases = [
+        ("/shop/orders/1", None, "GET", 401, "no_grant"),
+        ("/shop/orders/1", "wkg_" + "A" * 43, "GET", 403, "forged"),
+        ("/shop/orders/1", model_only, "GET", 403, "route_not_granted"),
+        ("/shop/admin", grant, "GET", 403, "path_not_allowed"),
+        ("/shop/orders/1", grant, "DELETE", 403, "path_not_allowed"),
+        ("/shop/refunds-all", grant, "POST", 403, "path_not_allowed"),
+        ("/shop/orders/..%2F..%2Fadmin", grant, "GET", 403, "bad_path"),
+        ("/shop/orders/%2e%2e/admin", grant, "GET", 403, "bad_path"),
+        ("/shop/orders//x", grant, "GET", 403, "bad_path"),
+        ("/bank/anything", grant, "GET", 404, "unknown_route"),
+    ]
+    for path, token, method, status, outcome in cases:
+        response = stack.get(path, token, method)
+        assert (response.status_code, response.headers["x-wakeful-refused"]) == (status, outcome), path
+        assert response.json()["error"]["message"].startswith("wakeful proxy: ")
+    assert len(stack.upstream.requests) == before  # nothing reached the upstream
+    refused = [(e.status, e.outcome) for e in stack.store.audit("px-no")]
+    assert refused == [(s, o) for _, t, _, s, o in cases if t not in (None, "wkg_" + "A" * 43)]
+    by_route = stack.store.metrics()["proxy_not_ok"]
+    assert by_route["shop"]["no_grant"] >= 1 and by_route["shop"]["bad_path"] >= 3
+
+
+def test_an_expired_grant_is_refused(stack: Stack) -> None:
+    gen = stack.lease("px-exp")
+    past = stack.store.clock() - 100
+    token = stack.store.mint_grant("px-exp", "w1", gen, ["shop"], 10, now=past)
+    before = len(stack.upstream.requests)
+    response = stack.get("/shop/orders/1", token)
+    assert (response.status_code, response.headers["x-wakeful-refused"]) == (403, "expired")
+    assert len(stack.upstream.requests) == before
+
+
+def test_the_tool_client_sends_json_and_the_idempotency_key_and_raises_the_refusal(stack: Stack) -> None:
+    class Call:
+        idempotency_key = "wakeful-tool-abc"
+
+    grant = stack.grant("px-tool", ["shop"])
+    with pytest.raises(EgressError, match="no egress grant"):
+        client("shop", Call())
+    with using(Egress(stack.proxy_url, grant)):
+        shop: RouteClient = client("shop", Call())
+        echoed = shop.request("POST", "/refunds", {"order": 7})
+        read = shop.request("GET", "/orders/7", {"verbose": True})
+        with pytest.raises(EgressError) as refused:
+            shop.request("POST", "/orders/7", {})
+    assert echoed["body"] == '{"order":7}' and echoed["headers"]["idempotency-key"] == "wakeful-tool-abc"
+    assert read["query"] == "verbose=true" and "idempotency-key" not in read["headers"]
+    assert refused.value.status == 403 and refused.value.outcome == "path_not_allowed"
+    assert "allowlist" in str(refused.value)
+
+
+def test_server_sent_events_pass_as_they_arrive_with_a_split_secret_scrubbed(stack: Stack) -> None:
+    grant = stack.grant("px-sse", ["shop"])
+    stack.upstream.gate.clear()
+    events: list[str] = []
+    with Egress(stack.proxy_url, grant).http("shop") as http:
+        with http.stream("GET", "/stream") as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                if len(events) == 2:
+                    # the upstream holds its last event until this point: it arrives only if
+                    # the first two were passed on before the response ended
+                    stack.upstream.gate.set()
+    assert events == ["first", f"auth Bearer {REDACTED.decode()}", "last"]
+    assert stack.store.audit("px-sse")[-1].outcome == "ok"
+
+
+def test_upstream_down_slow_oversized_and_compressed(stack: Stack) -> None:
+    grant = stack.grant("px-bad", ["shop", "down"])
+    down = stack.get("/down/", grant)
+    assert (down.status_code, down.headers["x-wakeful-refused"]) == (502, "upstream_down")
+    slow = stack.get("/shop/slow", grant)  # the proxy's read timeout is 1.5 s here
+    assert (slow.status_code, slow.headers["x-wakeful-refused"]) == (504, "upstream_timeout")
+    big = stack.get("/shop/big", grant)  # 200,000 bytes upstream; the limit here is 65,536
+    assert big.status_code == 200 and len(big.content) == 65536
+    zipped = stack.get("/shop/gzip", grant)
+    assert "content-encoding" not in zipped.headers
+    assert zipped.json() == {"auth": f"Bearer {REDACTED.decode()}"}
+    assert _outcomes(stack, "px-bad") == [
+        ("GET", "/", 502, "upstream_down"), ("GET", "/slow", 504, "upstream_timeout"),
+        ("GET", "/big", 200, "response_cut"), ("GET", "/gzip", 200, "ok")]
+    assert stack.store.audit("px-bad")[2].bytes == 65536
+
+
+def test_the_anthropic_sdk_talks_through_the_proxy_with_a_grant_for_a_key(stack: Stack) -> None:
+    grant = stack.grant("px-sdk", ["anthropic"])
+    model = Egress(stack.proxy_url, grant).anthropic_client(max_retries=0)
+    reply = model.messages.create(model="claude-test", max_tokens=10,
+                                  messages=[{"role": "user", "content": "hi"}])
+    seen = stack.upstream.requests[-1]
+    assert seen.path == "/anthropic/v1/messages"
+    assert seen.headers["x-api-key"] == stack.anthropic_secret and "authorization" not in seen.headers
+    assert reply.content[0].text == f"hello; you sent key {REDACTED.decode()}"
+    stack.upstream.gate.clear()
+    texts: list[str] = []
+    with model.messages.stream(model="claude-test", max_tokens=10,
+                               messages=[{"role": "user", "content": "hi"}]) as stream:
+        for text in stream.text_stream:
+            texts.append(text)
+            if len(texts) == 2:
+                stack.upstream.gate.set()  # the last delta comes only after the first two arrived
+    assert "".join(texts) == f"streamed key {REDACTED.decode()} end"
+    assert stack.anthropic_secret not in "".join(texts)
+    # a refused grant is an error the SDK shows with the proxy's reason
+    import anthropic
+
+    with pytest.raises(anthropic.PermissionDeniedError, match="does not cover this route"):
+        Egress(stack.proxy_url, stack.grant("px-sdk", ["shop"])).anthropic_client(max_retries=0).messages.create(
+            model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert [e.outcome for e in stack.store.audit("px-sdk")] == ["ok", "ok", "route_not_granted"]
+
+
+def test_the_proxy_process_never_loads_celery_or_the_agent_kit(stack: Stack) -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, cli.main, proxy.__main__, proxy.app; from proxy.app import create_app; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('celery', 'kombu', 'redis', 'agent', 'anthropic')); "
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_store_dump_and_the_proxy_log_hold_neither_canary(stack: Stack) -> None:
+    from sqlalchemy import text
+
+    stack.get("/shop/orders/99", stack.grant("px-canary", ["shop"]))
+    dump = []
+    with stack.store.engine.connect() as conn:
+        tables = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars().all()
+        for table in tables:
+            dump.extend(str(row) for row in conn.execute(text(f'SELECT * FROM "{table}"')))
+    blob = "\n".join(dump) + stack.proc.text()
+    assert "/orders/99" in blob  # the dump and the log are real: the request is in both
+    for secret in (stack.shop_secret, stack.anthropic_secret):
+        assert secret not in blob
+    assert any(r.headers.get("authorization") == f"Bearer {stack.shop_secret}" for r in stack.upstream.requests)
+
+
+def test_httpx_error_when_proxy_unreachable() -> None:
+    egress = Egress("http://127.0.0.1:9", "wkg_x")
+    with using(egress), pytest.raises(EgressError, match="cannot reach the proxy"):
+        client("shop").request("GET", "/orders/1")
+    assert isinstance(egress.http("shop"), httpx.Client)
