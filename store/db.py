@@ -54,30 +54,49 @@ _SQLITE_NOW = "CAST(strftime('%s', 'now') AS INTEGER)"
 IDLE_IN_TRANSACTION_MS = 15_000  # no store transaction idles for even a second on purpose
 
 
-def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5) -> Engine:
+POOLERS = ("", "transaction")
+
+
+def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5, pooler: str = "") -> Engine:
     """An engine for ``sqlite:///path`` or ``postgresql+psycopg://...``.
 
     Create it in the process that uses it (after a prefork fork, never before): a
     connection inherited across ``fork`` corrupts the protocol stream.
+
+    ``pooler="transaction"``: the URL points at a pooler in transaction mode (PgBouncer), where
+    consecutive transactions of one client may run on different server connections. Then no
+    session state is used: the timeouts are ``SET LOCAL`` at the start of each transaction
+    (a startup ``options`` parameter is refused by PgBouncer, and a session ``SET`` would stay
+    on a server connection another client gets next), and psycopg's automatic prepared
+    statements are off (PgBouncer 1.18 keeps none across transactions).
     """
+    if pooler not in POOLERS:
+        raise ValueError(f"pooler must be one of {POOLERS}, got {pooler!r}")
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, parsed.database)
     if parsed.get_backend_name() == "postgresql":
         if parsed.drivername == "postgresql":
             url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-        return create_engine(
-            url,
-            pool_size=pool_size,
-            max_overflow=4,
-            pool_pre_ping=True,
-            pool_recycle=1800,
-            connect_args={
-                "options": f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_MS}"
-                           f" -c lock_timeout={lock_timeout * 1000}",
-                "application_name": "wakeful",
-            },
-        )
+        timeouts = {"idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_MS,
+                    "lock_timeout": lock_timeout * 1000}
+        connect_args: dict[str, Any] = {"application_name": "wakeful"}
+        if pooler == "transaction":
+            connect_args["prepare_threshold"] = None
+        else:
+            connect_args["options"] = " ".join(f"-c {k}={v}" for k, v in timeouts.items())
+        engine = create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True,
+                               pool_recycle=1800, connect_args=connect_args)
+        if pooler == "transaction":
+            set_local = "; ".join(f"SET LOCAL {k} = {v}" for k, v in timeouts.items())
+
+            @event.listens_for(engine, "begin")
+            def _timeouts(conn):  # type: ignore[no-untyped-def]
+                # An autocommit statement (an ingest) is a transaction of its own: nothing to set.
+                if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+                    conn.exec_driver_sql(set_local)
+
+        return engine
     raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: "
                      "use sqlite:///path or postgresql+psycopg://...")
 

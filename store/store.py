@@ -52,14 +52,16 @@ class Store:
         self._pinned = threading.local()
 
     @classmethod
-    def connect(cls, url: str, *, pool_size: int = 2, **settings: Any) -> "Store":
+    def connect(cls, url: str, *, pool_size: int = 2, pooler: str = "", **settings: Any) -> "Store":
         """``sqlite:///path`` or ``postgresql+psycopg://...``; ``settings`` are the fields of
-        ``StoreSettings`` (lease_ttl, max_attempts, outbox_gap, batch_limit, backoff_base, ...)."""
+        ``StoreSettings`` (lease_ttl, max_attempts, outbox_gap, batch_limit, backoff_base, ...).
+        ``pooler="transaction"`` when the URL points at PgBouncer in transaction mode."""
         unknown = set(settings) - StoreSettings.names()
         if unknown:
             raise TypeError(f"unknown store settings: {', '.join(sorted(unknown))}")
         store_settings = StoreSettings(**settings)
-        return cls(create(url, pool_size=pool_size, lock_timeout=store_settings.lock_timeout), store_settings)
+        return cls(create(url, pool_size=pool_size, lock_timeout=store_settings.lock_timeout, pooler=pooler),
+                   store_settings)
 
     def migrate(self) -> None:
         """Alembic upgrade to head (also ``wakeful db upgrade``)."""

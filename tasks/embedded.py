@@ -20,6 +20,7 @@ import logging
 import os
 import sqlite3
 import time
+from typing import Any
 
 from sqlalchemy.engine import make_url
 
@@ -87,7 +88,7 @@ def init(app, queues: tuple[str, ...], attempts: int = 5) -> None:
             time.sleep(0.2 * (attempt + 1))
 
 
-def migrate_store(url: str, options: dict[str, int], attempts: int = 5) -> None:
+def migrate_store(url: str, options: dict[str, Any], attempts: int = 5) -> None:
     """Migrate the embedded SQLite store, in a process that is about to fork: the engine is
     disposed before returning, so no SQLite connection crosses the fork."""
     from store import Store

@@ -28,6 +28,9 @@ class Settings:
     # The store. Empty: a SQLite file under `home` (the embedded default). In production a
     # postgresql+psycopg:// URL: PostgreSQL decides what is true.
     database_url: str = field(default="", repr=False)  # may carry a password
+    # "transaction" when database_url points at PgBouncer in transaction pooling mode: no
+    # session state, timeouts SET LOCAL per transaction, no automatic prepared statements.
+    database_pooler: str = ""
     # The doorbell broker. Empty: kombu's SQLAlchemy transport on SQLite under `home` (durable,
     # cross-process, FIFO). In production redis://:password@host:6379/0.
     broker_url: str = field(default="", repr=False)
@@ -149,10 +152,13 @@ class Settings:
                      "embedded_poll_interval", "webhook_timeout", "rejections_per_second"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"WAKEFUL_{name.upper()} must be positive")
+        if self.database_pooler not in ("", "transaction"):
+            raise SettingsError("WAKEFUL_DATABASE_POOLER must be empty or 'transaction' (PgBouncer's "
+                                "transaction pooling)")
         if not 0 <= self.summary_hour <= 23:
             raise SettingsError("WAKEFUL_SUMMARY_HOUR must be an hour of the day, 0 to 23")
-        if ":" not in self.agent:
-            raise SettingsError("WAKEFUL_AGENT must be module:callable")
+        if ":" not in self.agent and self.agent not in ("claude", "demo"):  # agent.BUILTIN
+            raise SettingsError("WAKEFUL_AGENT must be module:callable (or claude, demo)")
 
     # --- derived values: the embedded defaults ---
     @property
@@ -183,11 +189,11 @@ class Settings:
     def broker_visibility_timeout(self) -> int:
         return self.visibility_timeout or max(3600, 2 * self.hard_time_limit)
 
-    def store_options(self) -> dict[str, int]:
+    def store_options(self) -> dict[str, Any]:
         """The keyword arguments for ``Store.connect``."""
-        return {name: getattr(self, name) for name in (
+        return {"pooler": self.database_pooler, **{name: getattr(self, name) for name in (
             "lease_ttl", "max_attempts", "outbox_gap", "batch_limit", "backoff_base",
-            "backoff_max", "dispatch_timeout")}
+            "backoff_max", "dispatch_timeout")}}
 
 
 def _parse(name: str, raw: str, default: Any) -> Any:
