@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 from celery import Celery
 from celery.signals import beat_init, celeryd_init, worker_process_init
@@ -12,20 +13,42 @@ from tasks import embedded, redis_guard
 from tasks.celeryconfig import QUEUES, celery_config
 from tasks.settings import settings
 
-def refuse_open_flower(argv: list[str], env: dict[str, str] | os._Environ) -> None:
-    """``celery -A tasks flower`` without authentication stops here, before Flower starts:
-    Flower is open by default and its API can run, revoke and terminate tasks. (``wakeful
-    flower`` checks the credentials themselves and passes them on.)"""
-    if "flower" not in argv[1:] or not os.path.basename(argv[0]).startswith(("celery", "__main__")):
-        return
-    given = any(a.startswith(("--basic-auth", "--basic_auth", "--auth", "--auth-provider",
-                              "--auth_provider")) for a in argv)
-    if not (given or env.get("FLOWER_BASIC_AUTH") or env.get("FLOWER_AUTH")):
+
+def refuse_open_flower(options: object, env: Mapping[str, str]) -> None:
+    """Stop a Flower that would start without authentication: Flower is open by default and
+    its API can run, revoke and terminate tasks. Called with Flower's own parsed options, so
+    whatever the shape of the command line (``--basic-auth=``, ``--conf=``, ``celery --app``,
+    FLOWER_* variables), it judges what Flower would actually do."""
+    basic = [pair for pair in (getattr(options, "basic_auth", None) or [])
+             if isinstance(pair, str) and pair.partition(":")[0] and pair.partition(":")[2]]
+    oauth = getattr(options, "auth", None) and getattr(options, "auth_provider", None)
+    if not (basic or oauth):
         raise SystemExit("wakeful: refusing to start Flower without authentication; use "
                          "`wakeful flower` with WAKEFUL_FLOWER_BASIC_AUTH=user:password")
+    if env.get("FLOWER_UNAUTHENTICATED_API", "").strip().lower() not in ("", "0", "false", "no", "off"):
+        raise SystemExit("wakeful: refusing FLOWER_UNAUTHENTICATED_API: it opens the API that "
+                         "can run and revoke tasks")
 
 
-refuse_open_flower(sys.argv, os.environ)
+def _guard_flower() -> None:
+    """``celery -A tasks flower`` builds its app through ``flower.command.Flower`` after
+    parsing its options; the celery command loads that module (a plugin) before it imports
+    this one. Wrap it so the check above sees the options Flower parsed."""
+    command = sys.modules.get("flower.command")
+    if command is None or getattr(command.Flower, "wakeful_guarded", False):
+        return
+
+    class GuardedFlower(command.Flower):  # type: ignore[name-defined,misc]
+        wakeful_guarded = True
+
+        def __init__(self, options: object = None, **kwargs: object) -> None:
+            refuse_open_flower(options, os.environ)
+            super().__init__(options=options, **kwargs)
+
+    command.Flower = GuardedFlower
+
+
+_guard_flower()
 
 # Every task's messages are checked before Celery builds a request from them, and the
 # consumer records and drops what fails (tasks/guard.py: one bad message must never stop
