@@ -62,7 +62,7 @@ def problem(task: Task, message: Any) -> str | None:
     try:
         payload = message.payload
     except (ContentDisallowed, DecodeError, ValueError, TypeError) as exc:
-        return f"message body cannot be decoded: {type(exc).__name__}"
+        return f"message body cannot be decoded: {type(exc).__name__}: {str(exc)[:200]}"
     if isinstance(payload, dict) and "task" in payload:  # protocol 1 (or a hybrid)
         args, kwargs, embed, fields = payload.get("args", []), payload.get("kwargs", {}), payload, payload
     elif isinstance(payload, (list, tuple)) and len(payload) == 3:  # protocol 2
@@ -221,16 +221,17 @@ class GuardedConsumer(Consumer):
         refuse(message, str(exc), self.connection_errors)
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
-        refuse(message, f"message body cannot be decoded: {type(exc).__name__}", self.connection_errors)
+        refuse(message, f"message body cannot be decoded: {type(exc).__name__}: {str(exc)[:200]}",
+               self.connection_errors)
 
 
 def refuse(message: Any, reason: str, connection_errors: Any) -> None:
     """Drop the message (acked, never requeued) and record why, where an operator looks."""
     queue = queue_of(message)
-    log.warning("refused a message on queue %s: %s", _text(queue), _text(reason))
     if not message.acknowledged:
         message.reject_log_error(log, connection_errors)
     record(queue, reason, message)
+    log.warning("refused a message on queue %s: %s", _text(queue), _text(reason, 400))
 
 
 def queue_of(message: Any) -> str:
