@@ -91,6 +91,12 @@ def up(
             typer.echo("wakeful up: skipping flower (set WAKEFUL_FLOWER_BASIC_AUTH to run it)",
                        err=True)
             names.remove("flower")
+        if "proxy" in names and not os.environ.get("WAKEFUL_AGENT_CONFIG"):
+            # The egress proxy serves the [routes.*] of the agent config; without one it has
+            # nothing to do (and honcho would stop everything when it exits).
+            typer.echo("wakeful up: skipping proxy (set WAKEFUL_AGENT_CONFIG to a config with [routes.*])",
+                       err=True)
+            names.remove("proxy")
         if "web" in names and not _web_available():
             names.remove("web")
     _init()

@@ -29,7 +29,7 @@ def compose() -> dict:
 
 
 def test_procfile_has_the_process_types() -> None:
-    assert list(procfile()) == ["web", "worker", "control", "beat", "flower"]
+    assert list(procfile()) == ["web", "worker", "control", "beat", "flower", "proxy"]
     assert procfile()["flower"] == "wakeful flower"  # the launcher that refuses to start open
 
 
