@@ -190,3 +190,56 @@ def test_httpx_error_when_proxy_unreachable() -> None:
     with using(egress), pytest.raises(EgressError, match="cannot reach the proxy"):
         client("shop").request("GET", "/orders/1")
     assert isinstance(egress.http("shop"), httpx.Client)
+
+
+def test_web_metrics_count_the_proxys_refusals_by_route_and_outcome(stack: Stack) -> None:
+    """The web process's /metrics reads the audit through the store (served on loopback)."""
+    import threading
+    import time
+
+    import uvicorn
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cli.processes import free_port
+    from web.app import create_app
+    from web.settings import WebSettings
+
+    stack.get("/shop/admin", stack.grant("px-metrics", ["shop"]))
+    stack.get("/shop/orders/1")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(store=stack.store, ring=lambda inbox: None,
+                                                      settings=WebSettings(), broker_check=lambda: None),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("wakeful_proxy_not_ok_total", (("outcome", "path_not_allowed"), ("route", "shop")))] >= 1
+    assert samples[("wakeful_proxy_not_ok_total", (("outcome", "no_grant"), ("route", "shop")))] >= 1
+
+
+def test_wakeful_audit_shows_an_inboxs_requests(stack: Stack) -> None:
+    import json
+    import subprocess
+
+    from conftest import WAKEFUL
+
+    with Egress(stack.proxy_url, stack.grant("px-cli", ["shop"])).http("shop") as http:
+        http.get("/orders/5", params={"token": "not-in-the-audit"})
+    env = {"PATH": "/usr/bin:/bin", "WAKEFUL_DATABASE_URL": stack.database_url, "WAKEFUL_HOME": str(stack.home)}
+    shown = subprocess.run([WAKEFUL, "audit", "px-cli", "--json"], capture_output=True, text=True, env=env,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    [row] = json.loads(shown.stdout)
+    assert (row["inbox"], row["route"], row["path"], row["status"], row["outcome"]) == (
+        "px-cli", "shop", "/orders/5", 200, "ok")
+    table = subprocess.run([WAKEFUL, "audit", "px-cli"], capture_output=True, text=True, env=env, timeout=60)
+    assert "/orders/5" in table.stdout and "not-in-the-audit" not in table.stdout + shown.stdout
