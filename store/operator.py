@@ -18,7 +18,7 @@ from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
 from .records import InboxStatus, RunRecord
 from .settings import StoreSettings
-from .tables import approvals, events, inboxes, outbox, rejected, runs, status_is, timers
+from .tables import approvals, audit, events, inboxes, outbox, rejected, runs, status_is, timers
 
 PURGE_BATCH = 5000  # rows per transaction: retention never holds a long lock
 
@@ -146,6 +146,7 @@ def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) ->
         "messages": _in_batches(engine, outbox, outbox.c.id, outbox.c.sent_at < cutoff),
         "runs": _in_batches(engine, runs, runs.c.id, runs.c.finished < cutoff),
         "rejected": _in_batches(engine, rejected, rejected.c.id, rejected.c.received < cutoff),
+        "audit": _in_batches(engine, audit, audit.c.id, audit.c.at < cutoff),  # the proxy's
     }
     with transaction(engine) as conn:
         counts["timers"] = conn.execute(

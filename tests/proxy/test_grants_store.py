@@ -140,3 +140,10 @@ def test_the_audit_keeps_who_and_where_and_counts_what_went_wrong(store: Store) 
     assert len(store.audit()) == 4 and [e.inbox for e in store.audit(limit=1)] == ["a"]
     assert store.metrics(now=T)["proxy_not_ok"] == {
         "shop": {"no_grant": 1, "path_not_allowed": 1, "upstream_timeout": 1}}
+
+
+def test_retention_purges_old_audit_rows(store: Store) -> None:
+    store.record_egress(GrantCheck(401, "no_grant"), "shop", "GET", "/old", 401, now=T)
+    store.record_egress(GrantCheck(401, "no_grant"), "shop", "GET", "/new", 401, now=T + 5000)
+    assert store.purge(older_than=1000, now=T + 5000)["audit"] == 1
+    assert [e.path for e in store.audit()] == ["/new"]
