@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery.signals import celeryd_init
+
 from tasks.application import app
 from tasks.celeryconfig import CONTROL_QUEUE
 from tasks.doorbell import _RETRY, ring
@@ -22,9 +24,27 @@ from tasks.settings import settings
 log = logging.getLogger("wakeful.effects")
 
 
+CLAUDE = ("claude", "agent.claude:agent")
+
+
+@celeryd_init.connect
+def check_agent_config(**_kwargs: Any) -> None:
+    """A worker with the claude agent and a bad config stops at its start, saying why (the
+    file and the tool), instead of failing every run."""
+    if settings.agent not in CLAUDE:
+        return
+    from agent.config import ConfigError, load
+
+    try:
+        load()
+    except ConfigError as exc:
+        log.critical("%s", exc)
+        raise SystemExit(f"wakeful: the agent's config is wrong: {exc}") from None
+
+
 @app.task(name="wakeful.execute_effects")
 def execute_effects(inbox: Any = None) -> dict[str, Any]:
-    if settings.agent not in ("claude", "agent.claude:agent"):
+    if settings.agent not in CLAUDE:
         return {"executed": 0, "skipped": "the agent is not the built-in claude agent"}
     from agent.claude import configured
     from agent.effects import execute_runnable

@@ -33,7 +33,9 @@ def write_config(path: Path, tools: dict[str, dict[str, Any]] | None = None, **a
     lines = ["[agent]", 'model = "claude-scripted"', 'system = "You run errands."']
     lines += [f"{k} = {_value(v)}" for k, v in agent.items()]
     for name, spec in (BASE_TOOLS if tools is None else tools).items():
-        lines += ["", f"[tools.{name}]", f'description = "{name}"', f"input_schema = {ORDER_SCHEMA}"]
+        lines += ["", f"[tools.{name}]", f'description = "{name}"']
+        if "input_schema" not in spec:
+            lines.append(f"input_schema = {ORDER_SCHEMA}")
         lines += [f"{k} = {_value(v)}" for k, v in spec.items()]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -1,0 +1,53 @@
+"""A bad agent config is a clear error naming the file and the tool; a good one loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.config import ConfigError, load
+from agent_support import BASE_TOOLS, write_config
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"policy": "maybe"}, "[tools.refund]: policy must be one of allow, deny, ask"),
+    ({"call": "no_such_module:refund"}, "[tools.refund]: call 'no_such_module:refund' does not import"),
+    ({"input_schema": '{ type = "object", properties = 5 }'}, "[tools.refund]: input_schema is not a valid JSON Schema"),
+    ({"call": None}, "[tools.refund]: no way to run it"),
+    ({"delivery": "twice"}, "[tools.refund]: delivery must be at_least_once or at_most_once"),
+    ({"effect": "maybe"}, "[tools.refund]: effect must be read or write"),
+    ({"polcy": "allow"}, "[tools.refund]: unknown key(s) polcy"),
+    ({"approval_ttl": 0}, "[tools.refund]: approval_ttl must be a positive whole number"),
+])
+def test_a_bad_tool_is_named_with_its_file(tmp_path: Path, change: dict, says: str) -> None:
+    spec = {**BASE_TOOLS["refund"], **change}
+    spec = {k: v for k, v in spec.items() if v is not None}
+    path = write_config(tmp_path / "bad.toml", {"refund": spec})
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert str(err.value).startswith(f"{path}: ") and says in str(err.value)
+
+
+def test_the_runtime_tools_and_bad_agent_tables_are_refused(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "a.toml", {"stay_silent": BASE_TOOLS["lookup"]})
+    with pytest.raises(ConfigError, match="stay_silent.*offers itself"):
+        load(path)
+    path.write_text("[agent]\nsystem = 'x'\n")
+    with pytest.raises(ConfigError, match="`model` is required"):
+        load(path)
+    path.write_text("[agent\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load(path)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(tmp_path / "missing.toml")
+
+
+def test_a_good_config_loads_with_its_defaults_and_ignores_routes(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "good.toml", untrusted_sources=["mail"])
+    with path.open("a") as f:
+        f.write('\n[routes.shop]\nupstream = "https://shop.example.com"\n')
+    cfg = load(path)
+    assert cfg.model == "claude-scripted" and cfg.untrusted_sources == ("mail",)
+    assert cfg.tools["refund"].delivery == "at-least-once" and cfg.tools["refund_asked"].approval_ttl == 600
+    assert cfg.tools["wipe"].policy == "deny"
