@@ -142,12 +142,18 @@ class Proxy:
         if not route.allows(method, target.path):
             return await exchange.refuse(check, 403, "path_not_allowed")
         body = await _read_body(receive, headers, self.settings.max_request_bytes)
+        if body is _GONE:  # never forward a body cut short: a write would go out half-empty
+            return await exchange.record(check, 499, 0, "client_gone")
         if body is None:
             return await exchange.refuse(check, 413, "request_too_large")
         await exchange.forward(check, route, target, headers, scope.get("query_string", b""), body, receive)
 
 
+_GONE = b"<the caller went away>"
+
+
 async def _read_body(receive: Receive, headers: Headers, limit: int) -> bytes | None:
+    """The whole request body; None when over ``limit``; ``_GONE`` when the caller left."""
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         return None
@@ -155,7 +161,7 @@ async def _read_body(receive: Receive, headers: Headers, limit: int) -> bytes | 
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b""
+            return _GONE
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:

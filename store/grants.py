@@ -209,9 +209,15 @@ def record(conn: Connection, check_: GrantCheck, route: str, method: str, path: 
         raise ValueError(f"unknown audit outcome {outcome!r}")
     conn.execute(insert(audit).values(
         at=clock_expr(now), inbox=check_.inbox, generation=check_.generation,
-        tool_use_id=check_.tool_use_id, route=route[:ROUTE_MAX], method=method[:16],
-        path=path[:PATH_MAX], status=status, bytes=size, duration_ms=duration_ms,
+        tool_use_id=check_.tool_use_id, route=_storable(route, ROUTE_MAX), method=_storable(method, 16),
+        path=_storable(path, PATH_MAX), status=status, bytes=size, duration_ms=duration_ms,
         outcome=outcome))
+
+
+def _storable(text: str, limit: int) -> str:
+    # A caller chooses the route and path it asks for: NUL and lone surrogates (which
+    # PostgreSQL refuses) are escaped, so a hostile path is recorded, not lost.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:limit]
 
 
 def view(conn: Connection, inbox: str | None, limit: int) -> list[AuditEntry]:

@@ -147,3 +147,11 @@ def test_retention_purges_old_audit_rows(store: Store) -> None:
     store.record_egress(GrantCheck(401, "no_grant"), "shop", "GET", "/new", 401, now=T + 5000)
     assert store.purge(older_than=1000, now=T + 5000)["audit"] == 1
     assert [e.path for e in store.audit()] == ["/new"]
+
+
+def test_a_hostile_route_or_path_is_recorded_not_lost(store: Store) -> None:
+    store.record_egress(GrantCheck(401, "no_grant"), "sh\x00op", "GET", "/a\x00b\udc80" + "x" * 2000, 401, now=T)
+    [entry] = store.audit()
+    assert entry.route == "sh\\x00op" and entry.path.startswith("/a\\x00b\\udc80x") and len(entry.path) == 1024
+    with pytest.raises(ValueError, match="unknown audit outcome"):
+        store.record_egress(GrantCheck(401, "no_grant"), "shop", "GET", "/", 401, outcome="fine", now=T)
