@@ -169,20 +169,40 @@ def test_the_proxy_process_never_loads_celery_or_the_agent_kit(stack: Stack) -> 
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-def test_the_store_dump_and_the_proxy_log_hold_neither_canary(stack: Stack) -> None:
-    from sqlalchemy import text
+def test_canaries_reach_the_upstream_and_nowhere_else(stack: Stack) -> None:
+    """Two canary secrets, in the proxy's environment only: after traffic that makes the
+    upstream echo them (headers, JSON, gzip, a stream, the SDK) and a refused path, they are
+    in no answer the worker saw, not in a pg_dump of the database (outbox, audit, grants ...)
+    and not in the proxy's log; the upstream received both."""
+    import shutil
+    import subprocess
 
-    stack.get("/shop/orders/99", stack.grant("px-canary", ["shop"]))
-    dump = []
-    with stack.store.engine.connect() as conn:
-        tables = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars().all()
-        for table in tables:
-            dump.extend(str(row) for row in conn.execute(text(f'SELECT * FROM "{table}"')))
-    blob = "\n".join(dump) + stack.proc.text()
-    assert "/orders/99" in blob  # the dump and the log are real: the request is in both
+    grant = stack.grant("px-canary", ["shop", "anthropic"])
+    seen_by_worker: list[str] = []
+    with Egress(stack.proxy_url, grant).http("shop") as http:
+        for path in ("/orders/99", "/gzip", "/refunds-all", "/admin"):
+            r = http.get(path)
+            seen_by_worker.append(str(r.headers) + r.text)
+        stack.upstream.gate.set()
+        r = http.get("/stream")
+        seen_by_worker.append(str(r.headers) + r.text)
+    model = Egress(stack.proxy_url, grant).anthropic_client(max_retries=0)
+    reply = model.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    seen_by_worker.append(reply.model_dump_json())
+    stack.store.ingest("px-canary", "chat", "m1", {"text": reply.content[0].text})  # what a prompt would carry
+    if shutil.which("pg_dump") is None:
+        pytest.fail("pg_dump is needed to dump the database (postgresql-client)")
+    dump = subprocess.run(["pg_dump", "--data-only", stack.database_url.replace("+psycopg", "")],
+                          capture_output=True, text=True, timeout=120)
+    assert dump.returncode == 0, dump.stderr
+    assert "/orders/99" in dump.stdout and "/orders/99" in stack.proc.text()  # both are real
+    places = {"answers": "\n".join(seen_by_worker), "database": dump.stdout, "proxy log": stack.proc.text()}
     for secret in (stack.shop_secret, stack.anthropic_secret):
-        assert secret not in blob
-    assert any(r.headers.get("authorization") == f"Bearer {stack.shop_secret}" for r in stack.upstream.requests)
+        for where, text in places.items():
+            assert secret not in text, f"a canary leaked into the {where}"
+    sent = [r.headers for r in stack.upstream.requests]
+    assert any(h.get("authorization") == f"Bearer {stack.shop_secret}" for h in sent)
+    assert any(h.get("x-api-key") == stack.anthropic_secret for h in sent)
 
 
 def test_httpx_error_when_proxy_unreachable() -> None:
