@@ -140,7 +140,7 @@ class Outcome:
 class RunStart:
     """What ``start_run`` did: the lease, the first batch, and the inbox's memory."""
 
-    generation: int | None  # None: another worker holds a live lease (nothing was claimed)
+    generation: int | None  # None: nothing claimed, no lease held (another holds it, or no work)
     events: list[Event]  # the first batch, claimed under ``generation``
     memory: dict[str, Any] = field(default_factory=dict)  # read with the batch, {} without one
 

@@ -35,12 +35,18 @@ def claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generatio
 
 
 def start(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int | None) -> RunStart:
-    """acquire + claim (+ the memory the run will see) in one transaction."""
+    """acquire + claim (+ the memory the run will see) in one transaction. With nothing to
+    claim the lease is given up in the same transaction (a doorbell for work already done
+    costs one transaction, not two): an event stored after this claim rings a doorbell that
+    finds the lease free."""
     got = leases.decide(conn, inbox, holder, now)
     if got.generation is None:
         return RunStart(None, [])
     batch = claims.take_and_claim(conn, s, inbox, holder, got.generation, got.now, got.took_over)
-    return RunStart(got.generation, batch, memory.read(conn, inbox) if batch and got.has_memory else {})
+    if not batch:
+        leases.resign(conn, inbox)
+        return RunStart(None, [])
+    return RunStart(got.generation, batch, memory.read(conn, inbox) if got.has_memory else {})
 
 
 def finish(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,

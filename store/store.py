@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
+from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
 from . import counters as counter_rules
 from . import grants as grant_rules
 from . import hook_secrets as hook_secret_rules
@@ -210,6 +210,19 @@ class Store:
         except OperationalError as exc:
             if lock_timed_out(exc):
                 return RunStart(None, [])  # a stuck transaction holds the inbox: as good as held
+            raise
+
+    def start_next_run(self, holder: str, *, skip: Iterable[str] = (), now: int | None = None
+                       ) -> tuple[str, RunStart] | None:
+        """``start_run`` on the inbox with the oldest ready event and no live lease (not one in
+        ``skip``): ``(inbox, RunStart)``, or None when no inbox is ready to take."""
+        validate.name("holder", holder, 255)
+        try:
+            with self._transaction() as conn:
+                return backlog.take_next(conn, self.settings, holder, skip, now)
+        except OperationalError as exc:
+            if lock_timed_out(exc):
+                return None
             raise
 
     def finish_and_claim(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],

@@ -101,6 +101,13 @@ events = Table(
         postgresql_where=text("status IN ('pending', 'running')"),
         sqlite_where=text("status IN ('pending', 'running')"),
     ),
+    # The whole backlog in arrival order: the next inbox a free worker takes (store/backlog.py).
+    Index(
+        "ix_events_pending",
+        "id",
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    ),
     Index(
         "ix_events_dead",
         "inbox",

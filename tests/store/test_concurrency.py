@@ -288,3 +288,30 @@ def test_takeovers_of_different_inboxes_never_wait_for_each_other(pg_store) -> N
         assert got.took_over and got.generation == 2
         assert store.acquire("b", "W2", now=T + 1000) == 2
     assert store.counters()["lease_takeovers"] == 2
+
+
+def test_takers_of_the_backlog_never_take_one_inbox_twice(pg_store) -> None:  # type: ignore[no-untyped-def]
+    """Eight workers drain 60 inboxes straight from the database at once: each inbox is taken
+    by exactly one of them, every event done once, none left behind."""
+    store = pg_store()
+    store.ingest_many([(f"i{n}", "chat", f"m-{n}", {"n": n}) for n in range(60)])
+    taken: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def drain(i: int) -> None:
+        while True:
+            got = store.start_next_run(f"W{i}")
+            if got is None:
+                if not any(e.status == "pending" for n in range(60) for e in store.events(f"i{n}")):
+                    return
+                continue
+            inbox, start = got
+            with lock:
+                taken.append((inbox, start.generation))
+            step = store.finish_and_claim(inbox, f"W{i}", start.generation, [e.id for e in start.events],
+                                          Outcome(messages=["ok"]))
+            assert step.finished and step.released
+
+    race(8, drain)
+    assert Counter(inbox for inbox, _ in taken) == Counter(f"i{n}" for n in range(60))
+    assert all(e.status == "done" and e.attempts == 1 for n in range(60) for e in store.events(f"i{n}"))

@@ -68,8 +68,10 @@ def generic_plan(store: Store, statement, values: dict) -> str:  # type: ignore[
     """The plan PostgreSQL keeps for ``statement`` once psycopg has prepared it: a generic
     plan, made without the parameters' values and cached for the connection's life."""
     compiled = statement.compile(dialect=postgresql.dialect(paramstyle="numeric_dollar"))
-    params = compiled.construct_params(values)
-    args = ", ".join(repr(params[name]) for name in compiled.positiontup)
+    # A list parameter (expanding) becomes one $n per item.
+    state = compiled.construct_expanded_state(values)
+    args = ", ".join(repr(state.parameters[name]) for name in state.positiontup)
+    compiled = state.statement
     with transaction(store.engine) as conn:
         conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
         conn.exec_driver_sql(f"PREPARE probe AS {compiled}")
@@ -92,3 +94,11 @@ def test_the_claim_keeps_its_index_under_a_generic_plan(history: Store) -> None:
         plan = generic_plan(history, statement, values)
         assert "ix_events_live" in plan and "uq_events_key" not in plan, plan
         assert "Seq Scan on events" not in plan, plan
+
+
+def test_the_next_ready_inbox_is_found_through_the_pending_index(history: Store) -> None:
+    """A free worker's look for the next inbox reads the backlog in id order, never history."""
+    from store.backlog import _READY
+
+    plan = generic_plan(history, _READY, {"p_now": 2_000_000, "p_skip": ["x"], "p_scan": 8})
+    assert "ix_events_pending" in plan and "Seq Scan on events" not in plan, plan
