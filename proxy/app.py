@@ -91,7 +91,10 @@ def target_of(raw_path: bytes) -> Target:
     segments = raw.split("/")[1:]
     decoded = []
     for n, segment in enumerate(segments):
-        value = unquote(segment, errors="strict") if "%" in segment else segment
+        try:
+            value = unquote(segment, errors="strict") if "%" in segment else segment
+        except UnicodeDecodeError:  # not UTF-8 behind the escapes: no decoded form to check
+            return Target(unquote(name), raw, None)
         last = n == len(segments) - 1
         if (segment == "" and not last) or value in (".", "..") or any(c in value for c in "/\\%\x00"):
             return Target(unquote(name), raw, None)

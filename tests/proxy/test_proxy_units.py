@@ -113,6 +113,8 @@ def test_a_short_secret_and_no_routes_are_refused(tmp_path: Path) -> None:
     (b"/shop/a%252e", "shop", None),
     (b"/shop//admin", "shop", None),
     (b"/shop/./orders", "shop", None),
+    (b"/shop/%ff%fe", "shop", None),
+    (b"/sh%6fp/x", "shop", "/x"),
 ])
 def test_paths_with_dot_empty_or_hidden_segments_have_no_decoded_form(raw: bytes, route: str,
                                                                       path: str | None) -> None:
