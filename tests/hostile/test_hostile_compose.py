@@ -17,7 +17,8 @@ def test_each_secret_only_where_it_is_used() -> None:
         return {name for name, s in services.items()
                 if any(needle in str(v) for v in (s.get("environment") or {}).values())}
 
-    assert holders("${POSTGRES_PASSWORD") == {"postgres", "init", "web", "worker", "control"}
+    # the proxy opens the store (grants, audit), never the broker
+    assert holders("${POSTGRES_PASSWORD") == {"postgres", "init", "web", "worker", "control", "proxy"}
     assert holders("${REDIS_PASSWORD") == {"redis", "web", "worker", "control", "beat", "flower"}
     assert holders("WAKEFUL_APPROVAL_SECRET") == {"web", "control"}
     assert holders("WAKEFUL_SECRETS_KEY") == holders("WAKEFUL_GITHUB_SECRETS") == {"web"}
