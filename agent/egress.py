@@ -102,12 +102,16 @@ def current() -> Egress | None:
 class RouteClient:
     """A route as a tool uses it: ``request(method, path, input)`` returns the JSON (or text)
     of a 2xx answer and raises ``EgressError`` with the status and reason otherwise (the
-    proxy's refusals included). ``http`` is the plain httpx client for anything else."""
+    proxy's refusals included). ``http()`` gives a plain httpx client for anything else
+    (use it in a ``with`` block)."""
 
     def __init__(self, egress: Egress, route: str, idempotency_key: str | None = None) -> None:
+        self.egress = egress
         self.route = route
         self.idempotency_key = idempotency_key
-        self.http = egress.http(route)
+
+    def http(self) -> httpx.Client:
+        return self.egress.http(self.route)
 
     def request(self, method: str, path: str, input: dict[str, Any] | None = None) -> Any:
         method = method.upper()
@@ -115,10 +119,11 @@ class RouteClient:
         if method not in READ_METHODS and self.idempotency_key:
             headers["Idempotency-Key"] = self.idempotency_key
         try:
-            if method in READ_METHODS:
-                response = self.http.request(method, path, params=_query(input), headers=headers)
-            else:
-                response = self.http.request(method, path, json=input or {}, headers=headers)
+            with self.http() as http:
+                if method in READ_METHODS:
+                    response = http.request(method, path, params=_query(input), headers=headers)
+                else:
+                    response = http.request(method, path, json=input or {}, headers=headers)
         except httpx.TimeoutException:
             raise EgressError(0, f"route {self.route!r}: the proxy did not answer in time") from None
         except httpx.HTTPError as exc:
@@ -131,9 +136,6 @@ class RouteClient:
             except ValueError:
                 pass
         return response.text
-
-    def close(self) -> None:
-        self.http.close()
 
 
 def client(route: str, call: Any = None) -> RouteClient:
