@@ -30,14 +30,28 @@ def _store():
 
 @cli.command()
 def demo(
+    story: Optional[str] = typer.Argument(
+        None, help="`agent`: the claude agent with tools (ask, link, yes, once; deny; expiry), "
+                   "offline with a bundled scripted model."),
     directory: Optional[Path] = typer.Option(
         None, "--dir", help="Where the demo keeps its files (default: a fresh temp directory)."),
     keep: bool = typer.Option(False, help="Keep the demo's directory (logs, SQLite files)."),
 ) -> None:
     """Play the article's story through real worker and beat processes, embedded, then stop."""
+    if story == "agent":
+        from cli.agent_demo import run_agent_demo
+
+        raise typer.Exit(run_agent_demo(directory, keep))
+    if story is not None:
+        raise typer.BadParameter(f"unknown demo {story!r}: the choices are the default and `agent`")
     from cli.demo import run_demo
 
     raise typer.Exit(run_demo(directory, keep))
+
+
+from cli.agent_check import check as _check  # noqa: E402
+
+cli.command("check")(_check)
 
 
 @cli.command()
