@@ -50,6 +50,8 @@ def shapes(task: str) -> list[tuple[str, Any, dict[str, Any] | None, str]]:
         ("bytes that are not JSON", b"\xff\xfe{not json", headers(task), json_type),
         ("pickle", b"\x80\x04K\x01.", headers(task), "application/x-python-serialize"),
         ("oversized", [["x" * (1100 * 1024)], {}, {}], headers(task), json_type),
+        ("nested 100,000 deep", b"[" * 100_000 + b"]" * 100_000, headers(task), json_type),
+        ("an integer of 5,000 digits", b"[[" + b"9" * 5000 + b"], {}, {}]", headers(task), json_type),
     ]
 
 
@@ -84,6 +86,7 @@ def test_every_malformed_message_on_every_queue_is_dropped_recorded_and_survived
     assert any("not Celery's [args, kwargs, embed] triple (got a string)" in r for r in reasons)
     assert any("unknown task name 'wakeful.nope'" in r for r in reasons)
     assert any("limit is 1048576" in r for r in reasons)
+    assert sum("cannot be decoded" in r for r in reasons) >= 3 * len(QUEUE_TASKS)
 
     for proc in doors.procs.procs:
         assert proc.alive(), f"{proc.name} exited\n{doors.logs()}"
