@@ -67,6 +67,20 @@ class Egress:
         return anthropic.Anthropic(api_key=self.grant, base_url=f"{self.proxy_url}/{route}", **kwargs)
 
 
+def configured_routes(path: str | os.PathLike[str] | None = None) -> list[str]:
+    """The route names of the agent config's ``[routes.*]`` (``WAKEFUL_AGENT_CONFIG``): only
+    the names, never a secret (the worker has none to read). The runtime picks a grant's
+    routes from these, e.g. ``anthropic`` for the model when it is there."""
+    import tomllib
+    from pathlib import Path
+
+    path = path or os.environ.get("WAKEFUL_AGENT_CONFIG")
+    if not path:
+        return []
+    routes = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("routes") or {}
+    return sorted(routes) if isinstance(routes, dict) else []
+
+
 def for_run(store: Any, inbox: str, holder: str, generation: int, routes: Iterable[str], ttl: int,
             proxy: str | None = None) -> Egress | None:
     """A run's Egress (None: this holder no longer holds the lease at that generation)."""
