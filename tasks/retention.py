@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tasks import embedded
@@ -9,11 +10,22 @@ from tasks.application import app
 from tasks.runtime import get_store
 from tasks.settings import settings
 
+log = logging.getLogger("wakeful.retention")
+
 
 @app.task(name="wakeful.purge")
 def purge(older_than: int | None = None) -> dict[str, Any]:
-    counts: dict[str, Any] = get_store().purge(older_than if older_than is not None
-                                               else settings.retention)
+    """Delete what is older than ``WAKEFUL_RETENTION``. A message may ask for a longer period,
+    never a shorter one: anyone on the broker could otherwise wipe the history and the
+    record of rejected input (`wakeful purge --older-than` is the operator's way)."""
+    store = get_store()
+    if older_than is not None and older_than < settings.retention:
+        reason = (f"older_than={older_than} is shorter than WAKEFUL_RETENTION ({settings.retention} s); "
+                  "use `wakeful purge --older-than` to purge more")
+        store.record_rejection("task:wakeful.purge", reason)
+        log.warning("purge refused: %s", reason)
+        return {"rejected": reason}
+    counts: dict[str, Any] = store.purge(older_than if older_than is not None else settings.retention)
     if settings.embedded_broker:
         counts["broker_messages"] = embedded.prune(settings.broker)
     return counts

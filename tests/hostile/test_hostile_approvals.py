@@ -39,8 +39,12 @@ def test_anyone_on_the_broker_cannot_approve(doors) -> None:
     token = make_token("ops", "rollback-7", secret=APPROVAL_SECRET)
     assert call("wakeful.answer_approval", inbox="ops", request_id="rollback-7", answer="no",
                 token=token) == {"outcome": "no"}
+    # nor wipe the history and the record of rejected input through retention
+    assert "shorter than WAKEFUL_RETENTION" in call("wakeful.purge", older_than=0)["rejected"]
+
     origins = [r.origin for r in store.rejections(limit=100)]
     assert origins.count("task:wakeful.ingest") == 2
     assert origins.count("task:wakeful.answer_approval") == 3
+    assert origins.count("task:wakeful.purge") == 1
     assert all(token not in (r.excerpt or "") + (r.reason or "") for r in store.rejections(limit=100))
     client.close()
