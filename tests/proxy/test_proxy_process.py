@@ -113,6 +113,20 @@ def test_server_sent_events_pass_as_they_arrive_with_a_split_secret_scrubbed(sta
     assert stack.store.audit("px-sse")[-1].outcome == "ok"
 
 
+def test_a_caller_that_leaves_mid_stream_is_recorded(stack: Stack) -> None:
+    from cli.processes import wait_for
+
+    grant = stack.grant("px-gone", ["shop"])
+    stack.upstream.gate.clear()
+    with Egress(stack.proxy_url, grant).http("shop") as http:
+        with http.stream("GET", "/stream") as response:
+            first = next(line for line in response.iter_lines() if line.startswith("data: "))
+    assert first == "data: first"  # the client closed the stream here, before the last event
+    entry = wait_for(lambda: stack.store.audit("px-gone"), 30, "the audit row")[0]  # type: ignore[index]
+    assert (entry.status, entry.outcome) == (200, "client_gone")
+    stack.upstream.gate.set()
+
+
 def test_upstream_down_slow_oversized_and_compressed(stack: Stack) -> None:
     grant = stack.grant("px-bad", ["shop", "down"])
     down = stack.get("/down/", grant)
