@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 import typer
 
 from cli.terminal import safe
+from cli.agent_views import approval_tools, describe_run, run_details
 
 if TYPE_CHECKING:
     from store import InboxStatus, Store
@@ -248,12 +249,15 @@ def approvals(inbox: Optional[str] = INBOX,
         if inbox is not None:
             require_inbox(store, inbox, as_json)
         rows = store.approvals(inbox, pending_only=not all_)
+        tools = approval_tools(store, inbox)  # the claude agent's tool calls: tool and input
     if as_json:
-        emit_json([asdict(a) for a in rows])
+        emit_json([{**asdict(a), "tool": tools.get((a.inbox, a.request_id), (None,))[0],
+                    "input": tools.get((a.inbox, a.request_id), (None, None))[1]} for a in rows])
         return
-    table(["inbox", "request_id", "action", "requested", "deadline", "", "answer"],
-          [[a.inbox, a.request_id, a.action, when(a.created), when(a.deadline),
-            relative(a.deadline, now), a.answer or "pending"] for a in rows],
+    table(["inbox", "request_id", "action", "tool", "input", "requested", "deadline", "", "answer"],
+          [[a.inbox, a.request_id, a.action, *tools.get((a.inbox, a.request_id), ("-", "-")),
+            when(a.created), when(a.deadline), relative(a.deadline, now), a.answer or "pending"]
+           for a in rows],
           "no pending approvals" if not all_ else "no approvals")
 
 
@@ -334,12 +338,15 @@ def runs(inbox: str = REQUIRED_INBOX,
     with opened_store() as store:
         require_inbox(store, inbox, as_json)
         rows = store.runs(inbox, limit=limit)
+        agent = run_details(store, inbox)  # the claude agent's model calls, tokens, tool decisions
     if as_json:
-        emit_json([asdict(r) for r in rows])
+        emit_json([{**asdict(r), "agent": agent.get((r.generation, tuple(sorted(r.event_ids))))} for r in rows])
         return
-    table(["id", "generation", "holder", "started", "took", "outcome", "events", "error"],
+    table(["id", "generation", "holder", "started", "took", "outcome", "events", "model calls",
+           "tokens in/out", "tools", "error"],
           [[r.id, r.generation, r.holder, when(r.started), span(r.finished - r.started), r.outcome,
-            ",".join(map(str, r.event_ids)) or "-", r.error] for r in rows],
+            ",".join(map(str, r.event_ids)) or "-",
+            *describe_run(agent.get((r.generation, tuple(sorted(r.event_ids))))), r.error] for r in rows],
           f"inbox {inbox!r} has no runs on record")
 
 

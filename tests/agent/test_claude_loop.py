@@ -172,3 +172,29 @@ def test_the_conversation_is_bounded(store: Store, model: ScriptedModel, write_c
     assert len(json.dumps(state["messages"], ensure_ascii=False)) <= 2000
     assert state["dropped"] > 0 and "earlier messages" in state["messages"][0]["content"][0]["text"]
     assert state["messages"][0]["role"] == "user"
+
+
+def test_the_operator_sees_tool_input_model_calls_tokens_and_decisions(agent: Agent, tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    agent.say('call lookup {"order": 5}\ncall refund_asked {"order": 5}')
+    agent.wake()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WAKEFUL_")}
+    env.update(WAKEFUL_HOME=str(tmp_path / "home"),
+               WAKEFUL_DATABASE_URL=agent.store.engine.url.render_as_string(hide_password=False))
+
+    def wakeful(*args: str) -> Any:
+        done = subprocess.run([sys.executable, "-m", "cli.main", *args, "--json"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    [approval] = wakeful("approvals", "--inbox", "ada")
+    assert (approval["tool"], json.loads(approval["input"])) == ("refund_asked", {"order": 5})
+    [run] = wakeful("runs", "--inbox", "ada")
+    details = run["agent"]
+    assert details["model_calls"] == 1 and details["input_tokens"] > 0 and details["output_tokens"] > 0
+    assert sorted(details["decisions"].values()) == ["lookup:inline", "refund_asked:ask"]
