@@ -49,6 +49,8 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 # Embedded signatures (callbacks, errbacks, chains, chords) make the worker send more tasks
 # after this one: wakeful never uses them, so a message that carries one is refused.
 _NO_EMBED = ("callbacks", "errbacks", "chain", "chord")
+# Tasks whose arguments carry a credential: a refused message of theirs keeps no excerpt.
+CARRY_CREDENTIALS = frozenset({"wakeful.answer_approval"})
 
 
 def problem(task: Task, message: Any) -> str | None:
@@ -274,13 +276,18 @@ def record(queue: str, reason: str, message: Any) -> None:
             inbox = payload[1].get("inbox")
     except Exception:  # noqa: BLE001 - undecodable: no inbox to name
         pass
+    headers = message.headers if isinstance(message.headers, dict) else {}
+    body = message.body
+    if headers.get("task") in CARRY_CREDENTIALS:
+        body = None  # an approval answer's body carries its token: never kept
+    elif isinstance(body, (bytes, bytearray)):
+        body = bytes(body[:2000])
     try:
         from tasks.runtime import get_store
 
         get_store().record_rejection(
             f"queue:{queue}", reason, inbox=inbox if isinstance(inbox, str) else None,
-            excerpt=bounded_excerpt(bytes(message.body or b"")[:2000]
-                                    if isinstance(message.body, (bytes, bytearray)) else message.body))
+            excerpt=None if body is None else bounded_excerpt(body))
     except Exception as exc:  # noqa: BLE001 - the store down: the log line above is the record
         unrecorded += 1
         log.error("could not record the refusal of a message on %s: %s", _text(queue), type(exc).__name__)

@@ -39,6 +39,12 @@ def test_anyone_on_the_broker_cannot_approve(doors) -> None:
     token = make_token("ops", "rollback-7", secret=APPROVAL_SECRET)
     assert call("wakeful.answer_approval", inbox="ops", request_id="rollback-7", answer="no",
                 token=token) == {"outcome": "no"}
+    # a malformed answer is dropped by the worker's guard, and its token is not kept
+    spare = make_token("ops", "rollback-7", secret=APPROVAL_SECRET)
+    client.send_task("wakeful.answer_approval", args=["ops", "rollback-7", "yes", spare, "extra"])
+    doors.wait(lambda: any(r.origin == "queue:celery" for r in store.rejections(limit=100)),
+               "the malformed answer refused")
+
     # nor wipe the history and the record of rejected input through retention
     assert "shorter than WAKEFUL_RETENTION" in call("wakeful.purge", older_than=0)["rejected"]
 
@@ -46,5 +52,6 @@ def test_anyone_on_the_broker_cannot_approve(doors) -> None:
     assert origins.count("task:wakeful.ingest") == 2
     assert origins.count("task:wakeful.answer_approval") == 3
     assert origins.count("task:wakeful.purge") == 1
-    assert all(token not in (r.excerpt or "") + (r.reason or "") for r in store.rejections(limit=100))
+    for t in (token, spare):
+        assert all(t not in (r.excerpt or "") + (r.reason or "") for r in store.rejections(limit=100))
     client.close()
