@@ -26,7 +26,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, or_, select, update
+from sqlalchemy import Connection, and_, func, or_, select, update
 
 from . import approvals, validate
 from . import inbox as inbox_rules
@@ -210,6 +210,25 @@ def _row(r: Any, **changed: Any) -> EffectRow:
     return EffectRow(**values)
 
 
+def figures(conn: Connection, totals_key: str) -> dict[str, Any]:
+    """For /metrics: effects by status, and the sums of the numbers (and of one level of
+    nested counts) that each inbox's memory keeps under ``totals_key``."""
+    from .tables import memory
+
+    by_status = {r.status: r.n for r in conn.execute(
+        select(effects.c.status, func.count().label("n")).group_by(effects.c.status))}
+    totals: dict[str, Any] = {}
+    for (value,) in conn.execute(select(memory.c.value).where(memory.c.key == totals_key)):
+        for name, number in (value or {}).items():
+            if isinstance(number, dict):
+                nested = totals.setdefault(name, {})
+                for sub, n in number.items():
+                    nested[sub] = nested.get(sub, 0) + int(n)
+            elif isinstance(number, int):
+                totals[name] = totals.get(name, 0) + number
+    return {"effects": by_status, "totals": totals}
+
+
 class Effects:
     """The executor's and the views' calls on a Store, one short transaction each."""
 
@@ -237,6 +256,10 @@ class Effects:
     def view(self, inbox: str | None = None, tool_use_id: str | None = None) -> list[EffectRow]:
         with self.store._transaction() as conn:
             return view(conn, inbox, tool_use_id)
+
+    def figures(self, totals_key: str) -> dict[str, Any]:
+        with self.store._transaction() as conn:
+            return figures(conn, totals_key)
 
     def get(self, inbox: str, tool_use_id: str) -> EffectRow | None:
         rows = self.view(inbox, tool_use_id)

@@ -65,7 +65,9 @@ async def healthz(request: Request) -> Response:
 
 def store_figures(store: Any, now: int) -> dict[str, Any]:
     """Queue figures read from the store (one short read transaction)."""
-    return dict(store.metrics(now=now))
+    from agent.metrics import figures as agent_figures
+
+    return {**store.metrics(now=now), "agent": agent_figures(store)}
 
 
 class _Collector:
@@ -127,6 +129,9 @@ class _Collector:
         for outcome in ("returned", "late", "failed", "skipped"):
             rings.add_metric([outcome], self.doorbells.get(outcome, 0))
         yield rings
+        from agent.metrics import families as agent_families
+
+        yield from agent_families(f.get("agent"))  # model calls, tokens, tool decisions, effects
 
 
 def _metric_name(name: str) -> str:

@@ -198,3 +198,28 @@ def test_the_operator_sees_tool_input_model_calls_tokens_and_decisions(agent: Ag
     details = run["agent"]
     assert details["model_calls"] == 1 and details["input_tokens"] > 0 and details["output_tokens"] > 0
     assert sorted(details["decisions"].values()) == ["lookup:inline", "refund_asked:ask"]
+
+
+def test_metrics_count_model_calls_tokens_decisions_and_executions(agent: Agent) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from agent.metrics import families, figures
+
+    agent.say('call lookup {"order": 1}\ncall refund {"order": 1}\ncall wipe {"order": 1}')
+    agent.wake()
+    f = figures(agent.store)
+    assert f["totals"]["model_calls"] == 2 and f["totals"]["input_tokens"] > 0
+    assert f["totals"]["decisions"] == {"inline": 1, "effect": 1, "refuse": 1}
+    assert f["effects"] == {"done": 1}
+
+    class Snapshot:
+        def collect(self) -> Any:
+            return families(f)
+
+    registry = CollectorRegistry()
+    registry.register(Snapshot())
+    text = generate_latest(registry).decode()
+    assert "wakeful_agent_model_calls_total 2.0" in text
+    assert 'wakeful_agent_tool_decisions_total{decision="refuse"} 1.0' in text
+    assert 'wakeful_agent_effects{status="done"} 1.0' in text
