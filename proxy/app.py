@@ -174,6 +174,14 @@ async def _read_body(receive: Receive, headers: Headers, limit: int) -> bytes | 
             return b"".join(chunks)
 
 
+@dataclass
+class Flow:
+    """A response on its way back: bytes sent so far, and how it is going."""
+
+    size: int = 0
+    outcome: str = "ok"
+
+
 class Exchange:
     """One request's way through the proxy, and its audit row."""
 
@@ -237,17 +245,17 @@ class Exchange:
         headers = [(scrubber.whole(k), scrubber.whole(v)) for k, v in upstream.headers.raw
                    if k.decode("latin-1").lower() not in _RESPONSE_DROPPED]
         await self.send({"type": "http.response.start", "status": upstream.status_code, "headers": headers})
-        state = {"size": 0, "outcome": "ok"}
+        flow = Flow()
         limit = self.proxy.settings.max_response_bytes
 
         async def emit(data: bytes) -> bool:
-            room = limit - state["size"]
+            room = limit - flow.size
             if len(data) > room:
-                data, state["outcome"] = data[:room], "response_cut"
+                data, flow.outcome = data[:room], "response_cut"
             if data:
-                state["size"] += len(data)
+                flow.size += len(data)
                 await self.send({"type": "http.response.body", "body": data, "more_body": True})
-            return state["outcome"] == "ok"
+            return flow.outcome == "ok"
 
         async def pump(cancel: anyio.CancelScope) -> None:
             try:
@@ -255,23 +263,23 @@ class Exchange:
                     if not await emit(scrubber.feed(chunk)):
                         break
             except httpx.TimeoutException:
-                state["outcome"] = "upstream_timeout"
+                flow.outcome = "upstream_timeout"
             except httpx.HTTPError:
-                state["outcome"] = "upstream_cut"
-            if state["outcome"] != "response_cut":
+                flow.outcome = "upstream_cut"
+            if flow.outcome != "response_cut":
                 await emit(scrubber.finish())
             cancel.cancel()
 
         async def watch(cancel: anyio.CancelScope) -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
-            state["outcome"] = "client_gone"
+            flow.outcome = "client_gone"
             cancel.cancel()
 
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(pump, tasks.cancel_scope)
             tasks.start_soon(watch, tasks.cancel_scope)
-        return int(state["size"]), str(state["outcome"])
+        return flow.size, flow.outcome
 
 
 def create_app(routes: Mapping[str, Route], store: Any, settings: ProxySettings | None = None) -> Starlette:
