@@ -36,7 +36,12 @@ def check_agent_config(**_kwargs: Any) -> None:
     from agent.config import ConfigError, load
 
     try:
-        load()
+        cfg = load()
+        # One model call, retries included, must end well inside the run's time limit (the
+        # lease keeper renews the lease until then, not after).
+        if cfg.timeout * (cfg.max_retries + 1) >= settings.run_time_limit:
+            raise ConfigError(f"{cfg.path}: [agent] timeout {cfg.timeout:g}s x {cfg.max_retries + 1} tries "
+                              f"does not fit in WAKEFUL_RUN_TIME_LIMIT ({settings.run_time_limit}s)")
     except ConfigError as exc:
         log.critical("%s", exc)
         raise SystemExit(f"wakeful: the agent's config is wrong: {exc}") from None
