@@ -18,7 +18,7 @@ from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
 from .records import InboxStatus, RunRecord
 from .settings import StoreSettings
-from .tables import approvals, audit, events, inboxes, outbox, rejected, runs, status_is, timers
+from .tables import approvals, audit, events, grants, inboxes, outbox, rejected, runs, status_is, timers
 
 PURGE_BATCH = 5000  # rows per transaction: retention never holds a long lock
 
@@ -152,6 +152,8 @@ def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) ->
         counts["timers"] = conn.execute(
             delete(timers).where(timers.c.done, timers.c.due < cutoff)).rowcount
         counts["approvals"] = conn.execute(delete(approvals).where(approvals.c.deadline < key_cutoff)).rowcount
+        # Expired grants of inboxes that never mint again (minting clears its own inbox's).
+        counts["grants"] = conn.execute(delete(grants).where(grants.c.expires < now)).rowcount
     return counts
 
 

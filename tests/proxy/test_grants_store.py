@@ -145,7 +145,10 @@ def test_the_audit_keeps_who_and_where_and_counts_what_went_wrong(store: Store) 
 def test_retention_purges_old_audit_rows(store: Store) -> None:
     store.record_egress(GrantCheck(401, "no_grant"), "shop", "GET", "/old", 401, now=T)
     store.record_egress(GrantCheck(401, "no_grant"), "shop", "GET", "/new", 401, now=T + 5000)
-    assert store.purge(older_than=1000, now=T + 5000)["audit"] == 1
+    gen = _lease(store, "b", now=T + 4000)
+    assert store.mint_grant("b", "w1", gen, ["shop"], 30, now=T + 4000)
+    counts = store.purge(older_than=1000, now=T + 5000)
+    assert counts["audit"] == 1 and counts["grants"] == 1
     assert [e.path for e in store.audit()] == ["/new"]
 
 
