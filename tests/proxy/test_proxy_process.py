@@ -277,3 +277,26 @@ def test_wakeful_audit_shows_an_inboxs_requests(stack: Stack) -> None:
         "px-cli", "shop", "/orders/5", 200, "ok")
     table = subprocess.run([WAKEFUL, "audit", "px-cli"], capture_output=True, text=True, env=env, timeout=60)
     assert "/orders/5" in table.stdout and "not-in-the-audit" not in table.stdout + shown.stdout
+
+
+def test_an_http_tool_of_the_agent_kit_runs_through_the_proxy(stack: Stack) -> None:
+    """agent/tools.py's HTTP tool and ToolCall.http reach the route under the current grant;
+    a refusal is an error tool_result carrying the status and the proxy's reason."""
+    from agent.config import Tool
+    from agent.tools import ToolCall, run
+
+    def tool(name: str, method: str, path: str) -> Tool:
+        return Tool(name=name, policy="allow", effect="write" if method == "POST" else "read",
+                    description="", input_schema={"type": "object"}, route="shop", method=method, path=path)
+
+    call = ToolCall(id="toolu_1", name="refund", inbox="px-kit", idempotency_key="wakeful-tool-kit")
+    with using(Egress(stack.proxy_url, stack.grant("px-kit", ["shop"]))):
+        refund = run(tool("refund", "POST", "/refunds"), {"order": 3}, call)
+        lookup = run(tool("lookup", "GET", "/orders/3"), {"verbose": 1}, call)
+        denied = run(tool("wipe", "POST", "/admin/wipe"), {}, call)
+    assert not refund["is_error"] and '"idempotency-key": "wakeful-tool-kit"' in refund["content"]
+    assert not lookup["is_error"] and '"query": "verbose=1"' in lookup["content"]
+    assert denied["is_error"] and "403" in denied["content"] and "allowlist" in denied["content"]
+    assert stack.shop_secret not in refund["content"] + lookup["content"]
+    outside = run(tool("lookup", "GET", "/orders/3"), {}, call)  # no grant set: nothing to send
+    assert outside["is_error"] and "no egress grant" in outside["content"]
