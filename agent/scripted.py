@@ -7,6 +7,7 @@ parsing are the SDK's own. Its "model" follows a tiny script written in the user
 - ``call TOOL {json}``: a ``tool_use`` of TOOL with that input (several lines, several uses
   in one reply, each with a fresh ``toolu_`` id as the real API gives);
 - ``silent``: it calls ``stay_silent``; ``urgent``: it calls ``mark_urgent`` and replies;
+- ``refuse`` / ``max_tokens``: a reply that stops for that reason;
 - anything else: a reply ``Noted: <the text>``.
 
 Given tool results it reports them: ``TOOL: <content>`` (or ``TOOL failed: ...``). Tests can
@@ -42,6 +43,9 @@ def reply_to(request: dict[str, Any]) -> dict[str, Any]:
             uses.append(_use(match.group(1), json.loads(match.group(2) or "{}")))
         elif line.strip() == "silent":
             uses.append(_use("stay_silent", {}))
+        elif line.strip() in ("refuse", "max_tokens"):  # the stop reasons a test may ask for
+            return _message(request, [{"type": "text", "text": "I was about to"}] if line.strip() == "max_tokens"
+                            else [], "refusal" if line.strip() == "refuse" else "max_tokens")
         elif line.strip() == "urgent":
             uses.append(_use("mark_urgent", {}))
             said.append("Urgent: something needs you now.")

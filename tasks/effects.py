@@ -17,7 +17,7 @@ from celery.signals import celeryd_init
 
 from tasks.application import app
 from tasks.celeryconfig import CONTROL_QUEUE
-from tasks.doorbell import _RETRY, ring
+from tasks.doorbell import _RETRY, ring, ring_dispatch
 from tasks.runtime import get_store
 from tasks.settings import settings
 
@@ -62,7 +62,9 @@ def execute_effects(inbox: Any = None) -> dict[str, Any]:
 
 
 def ring_effects(inbox: str) -> None:
-    """After a finish that committed or released an effect."""
+    """After a finish that committed or settled an effect: run the ready ones now, and send
+    an approval request now (the finish wrote it to the outbox itself)."""
+    ring_dispatch(inbox)
     try:
         app.send_task("wakeful.execute_effects", kwargs={"inbox": inbox}, queue=CONTROL_QUEUE,
                       ignore_result=True, retry=True, retry_policy=_RETRY)

@@ -223,3 +223,16 @@ def test_metrics_count_model_calls_tokens_decisions_and_executions(agent: Agent)
     assert "wakeful_agent_model_calls_total 2.0" in text
     assert 'wakeful_agent_tool_decisions_total{decision="refuse"} 1.0' in text
     assert 'wakeful_agent_effects{status="done"} 1.0' in text
+
+
+def test_max_tokens_sends_the_cut_text_and_a_refusal_sends_nothing(agent: Agent) -> None:
+    agent.say("max_tokens")
+    agent.wake()
+    assert agent.said() == ["I was about to\n[cut: the reply reached max_tokens]"]
+    agent.say("refuse")
+    agent.wake()
+    assert len(agent.said()) == 1
+    log = agent.store.memory("ada")["claude_runs"]
+    assert [e["stop"] for e in log] == ["max_tokens", "refusal"]
+    messages = agent.store.memory("ada")["claude"]["messages"]
+    assert messages[-1]["role"] == "user"  # the refused reply is not kept
