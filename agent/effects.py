@@ -16,13 +16,16 @@ that allowed it.
 from __future__ import annotations
 
 import logging
+import os
+from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 from store import EffectRow, Store
 from store.effects import Effects
 
 from agent import tools
-from agent.config import AgentConfig
+from agent.config import AgentConfig, Tool
 
 log = logging.getLogger("wakeful.agent.effects")
 
@@ -52,12 +55,25 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
     if tool is None or tool.policy == "deny":
         book.refuse(inbox, tool_use_id, f"the tool {effect.tool!r} is no longer allowed; nothing ran")
         return Executed(inbox, tool_use_id, effect.tool, "refused")
-    result = tools.run(tool, dict(effect.input), _call(effect))
+    with _egress(book, cfg, effect, tool):
+        result = tools.run(tool, dict(effect.input), _call(effect))
     if not book.record(inbox, tool_use_id, effect.attempts, result):
         log.warning("effect %s/%s: attempt %d finished after another took over; its result is dropped",
                     inbox, tool_use_id, effect.attempts)
         return Executed(inbox, tool_use_id, effect.tool, "superseded")
     return Executed(inbox, tool_use_id, effect.tool, "error" if result["is_error"] else "done")
+
+
+def _egress(book: Effects, cfg: AgentConfig, effect: EffectRow, tool: Tool) -> Any:
+    """An HTTP tool reaches its route through the egress proxy under a grant bound to this
+    attempt of this effect (agent/egress.py): dead once the attempt is no longer executing."""
+    if tool.route is None:
+        return nullcontext()
+    from agent import egress
+
+    grant = egress.for_effect(book.store, effect.inbox, f"effects:{os.getpid()}", effect.generation,
+                              effect.tool_use_id, effect.attempts, [tool.route], cfg.effect_timeout)
+    return egress.using(grant)
 
 
 def _call(effect: EffectRow) -> tools.ToolCall:

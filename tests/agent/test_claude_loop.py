@@ -236,3 +236,19 @@ def test_max_tokens_sends_the_cut_text_and_a_refusal_sends_nothing(agent: Agent)
     assert [e["stop"] for e in log] == ["max_tokens", "refusal"]
     messages = agent.store.memory("ada")["claude"]["messages"]
     assert messages[-1]["role"] == "user"  # the refused reply is not kept
+
+
+def test_an_http_write_runs_under_a_grant_for_its_executing_attempt(store: Store, model: ScriptedModel,
+                                                                    write_config: Any, tool_log: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy listens here: the call fails at the proxy, after the grant was minted for this
+    effect (without one the tool would be told there is no grant)."""
+    monkeypatch.setenv("WAKEFUL_PROXY_URL", "http://127.0.0.1:9")
+    tools = {"refund": {"route": "shop", "method": "POST", "path": "/refunds", "policy": "allow",
+                        "effect": "write"}}
+    agent = Agent(store, model, write_config(tools))
+    agent.say('call refund {"order": 3}')
+    agent.wake()
+    [effect] = Effects(store).view("ada")
+    assert effect.status == "done" and effect.result["is_error"]
+    assert "cannot reach the proxy" in effect.result["content"]
