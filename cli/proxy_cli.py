@@ -10,12 +10,13 @@ import typer
 from cli.operator import JSON, emit_json, opened_store, table, when
 
 
-def proxy() -> None:
+def proxy(check: bool = typer.Option(False, "--check", help="Check the settings and routes (secrets "
+                                      "included) and list the routes, then exit.")) -> None:
     """Serve the egress proxy on WAKEFUL_PROXY_URL: routes from WAKEFUL_AGENT_CONFIG, their secrets
     from this process's environment only (docs/proxy.md)."""
-    from proxy.__main__ import main
+    from proxy.__main__ import check_config, main
 
-    raise typer.Exit(main())
+    raise typer.Exit(check_config() if check else main())
 
 
 def audit(inbox: Optional[str] = typer.Argument(None, help="One inbox (default: all)."),

@@ -24,6 +24,21 @@ def _store():  # type: ignore[no-untyped-def]
     return Store.connect(settings.store_url, pool_size=4, **settings.store_options())
 
 
+def check_config() -> int:
+    """``wakeful proxy --check``: what ``main`` would serve, without serving it."""
+    try:
+        settings = ProxySettings.from_env()
+        routes = load()
+    except (SettingsError, RoutesError) as exc:
+        print(f"wakeful proxy: {exc}", file=sys.stderr)
+        return 2
+    print(f"wakeful proxy: would listen on {settings.url}")
+    for route in routes.values():
+        allow = ", ".join(f"{rule.method} {rule.prefix}" for rule in route.allow)
+        print(f"  {route.name}: {route.upstream} ({route.header}; allow {allow})")
+    return 0
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:

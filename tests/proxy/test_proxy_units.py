@@ -157,3 +157,16 @@ def test_the_worker_reads_route_names_only(tmp_path: Path, monkeypatch: pytest.M
     assert configured_routes() == []
     assert proxy_url({}) == "http://127.0.0.1:8780" == ProxySettings().url
     assert proxy_url({"WAKEFUL_PROXY_URL": "http://proxy:8780/"}) == "http://proxy:8780"
+
+
+def test_wakeful_proxy_check_lists_the_routes_without_their_secrets(tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text('[routes.shop]\nupstream = "https://shop.example.com/api"\nsecret_env = "SHOP_TOKEN"\n'
+                      'allow = ["GET /orders/", "POST /refunds"]\n')
+    wakeful = str(Path(sys.executable).parent / "wakeful")
+    env = {"PATH": "/usr/bin:/bin", "WAKEFUL_AGENT_CONFIG": str(config), "WAKEFUL_HOME": str(tmp_path),
+           "SHOP_TOKEN": "the-shop-secret-value"}
+    done = subprocess.run([wakeful, "proxy", "--check"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "shop: https://shop.example.com/api (authorization; allow GET /orders/, POST /refunds)" in done.stdout
+    assert "the-shop-secret-value" not in done.stdout + done.stderr
