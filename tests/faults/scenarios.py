@@ -25,6 +25,7 @@ from sqlalchemy import create_engine, select, text
 from store.tables import events as events_table
 
 from harness import LIBFAKETIME, Stack, faketime_prefix  # type: ignore[import-not-found]
+from agent_scenario import agent_tools  # type: ignore[import-not-found]  # noqa: E402
 
 MakeStack = Callable[..., Stack]
 RUN_POINTS = ("after_claim", "before_finish_commit", "after_finish_commit")
@@ -537,4 +538,5 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "9 approvals at the deadline": approvals_at_deadline,
     "10 worker clock +-10 min": skewed_clocks,
     "11 pickle and bad calls": pickle_and_bad_calls,
+    "12 agent tool calls": agent_tools,  # tests/faults/agent_scenario.py (issue 12)
 }

@@ -84,3 +84,12 @@ def test_10_worker_clock_off_by_ten_minutes(make_stack, rng: random.Random) -> N
 
 def test_11_pickle_refused_and_bad_calls_recorded(make_stack, rng: random.Random) -> None:
     _assert_clean(scenarios.pickle_and_bad_calls(make_stack, rng))
+
+
+def test_12_agent_tool_calls_each_once_or_never(make_stack, rng: random.Random) -> None:
+    from agent_checks import AGENT_COUNTS
+
+    result = scenarios.agent_tools(make_stack, rng)
+    assert set(AGENT_COUNTS) <= set(result.counts)
+    _assert_clean(result)
+    assert result.measured["tool_executions"] >= result.measured["tool_uses"] > 0

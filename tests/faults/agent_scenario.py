@@ -1,0 +1,63 @@
+"""Scenario 12: the claude agent's tool calls under faults (issue 12), shared by CI and the soak.
+
+Real processes against the scripted Messages API on loopback. Messages ask for write tools:
+at-least-once and at-most-once ones, and "flaky" ones whose executor dies right after the
+call, before recording it. A run worker is SIGKILLed inside its finish (before the COMMIT),
+so the tool uses that run proposed are never committed. The checker then counts executions
+per tool use id: none for an id no finish committed, one key per id, at most one execution
+of an at-most-once tool, every effect settled and its result delivered to the inbox.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import tempfile
+from pathlib import Path
+
+from agent.scripted import ScriptedModel
+from store.effects import Effects
+
+from agent_checks import executions, tool_counts  # type: ignore[import-not-found]
+from fault_tools import CONFIG  # type: ignore[import-not-found]
+
+TEXTS = ('call refund {{"order": {n}}}', 'call notify {{"order": {n}}}',
+         'call flaky {{"order": {n}}}', 'call flaky_once {{"order": {n}}}',
+         'call refund {{"order": {n}}}\ncall notify {{"order": {n}}}')
+
+
+def agent_tools(make_stack, rng: random.Random, scale: int = 1):  # type: ignore[no-untyped-def]
+    from scenarios import Result, _drain  # type: ignore[import-not-found]
+
+    config = Path(tempfile.mkdtemp(prefix="wakeful-agent-fault-")) / "agent.toml"
+    config.write_text(CONFIG)
+    with ScriptedModel() as model:
+        s = make_stack(WAKEFUL_AGENT="claude", WAKEFUL_AGENT_CONFIG=str(config),
+                       ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY="fault-test")
+        s.inputs.generated_sources.add("tool")  # results the executor ingests
+        healthy, control, beat = s.worker("runs-healthy"), s.control(), s.beat()
+        s.ready(healthy, control, beat)
+        inboxes = [f"agent{i}" for i in range(4 * scale)]
+
+        def batch(tag: str) -> list[tuple]:
+            return [(inbox, "chat", f"{tag}-{inbox}",
+                     {"text": rng.choice(TEXTS).format(n=rng.randint(1, 10_000))}) for inbox in inboxes]
+
+        s.feed(batch("a"))
+        mark = s.log_length()
+        faulty = s.worker("runs-finish", faults="before_finish_commit:block:1")
+        s.ready(faulty)
+        s.feed(batch("b"))
+        s.wait_blocked("before_finish_commit", after=mark, timeout=90)
+        s.kill(faulty, signal.SIGKILL)
+        s.feed(batch("c"))
+        book = Effects(s.store)
+        for _ in range(3):  # a result ingested after a drain wakes the agent once more
+            s.wait(lambda: not [e for e in book.view() if e.status in ("ready", "executing")],
+                   "every effect executed", timeout=120 * scale)
+            _drain(s, timeout=120 * scale)
+        counts = s.counts()
+        counts.update(tool_counts(s.store, s.home / "tools.jsonl"))
+    return Result(counts, injected={"sigkill_in_finish": 1},
+                  measured={**executions(s.home / "tools.jsonl"), "effects": len(book.view()),
+                            "model_calls": len(model.requests)})
