@@ -27,12 +27,14 @@ import inspect
 import logging
 import time
 import types
+from datetime import datetime, timezone
 import typing
 from collections.abc import Callable
 from typing import Any
 
 from celery import Task
 from celery.exceptions import InvalidTaskError
+from celery.utils.time import maybe_iso8601
 from celery.worker.consumer import Consumer
 from celery.worker.strategy import default as default_strategy
 from kombu.exceptions import ContentDisallowed, DecodeError
@@ -49,6 +51,11 @@ MAX_MESSAGE_BYTES = 1024 * 1024
 # Embedded signatures (callbacks, errbacks, chains, chords) make the worker send more tasks
 # after this one: wakeful never uses them, so a message that carries one is refused.
 _NO_EMBED = ("callbacks", "errbacks", "chain", "chord")
+# Seconds ahead a message's eta may be. wakeful's own retries wait at most a minute; timers
+# live in the database, never in the broker: a message held for hours sits in the worker's
+# memory, unacked, and comes back after the visibility timeout (a flood of them is an
+# out-of-memory attack).
+MAX_ETA_SECONDS = 300
 # Tasks whose arguments carry a credential: a refused message of theirs keeps no excerpt.
 CARRY_CREDENTIALS = frozenset({"wakeful.answer_approval"})
 
@@ -104,6 +111,21 @@ def _header_problem(fields: dict[str, Any]) -> str | None:
         return "message header timelimit must be [hard, soft] seconds"
     if fields.get("ignore_result") not in (None, True, False):
         return "message header ignore_result must be a boolean"
+    return _eta_problem(fields.get("eta"))
+
+
+def _eta_problem(eta: Any) -> str | None:
+    if eta is None:
+        return None
+    try:
+        when = maybe_iso8601(eta)
+    except (AttributeError, TypeError, ValueError):
+        return "message header eta is not an ISO 8601 time"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    if (when - datetime.now(timezone.utc)).total_seconds() > MAX_ETA_SECONDS:
+        return (f"message eta is more than {MAX_ETA_SECONDS} s ahead: wakeful keeps timers in "
+                "the database, never in the broker")
     return None
 
 
@@ -204,8 +226,13 @@ class GuardedConsumer(Consumer):
             except Exception as exc:  # noqa: BLE001 - one bad message must not stop the worker
                 log.error("a message broke the task handler (%s); dropped", type(exc).__name__,
                           exc_info=True)
-                refuse(message, f"message could not be handled: {type(exc).__name__}: {exc}",
-                       self.connection_errors)
+                try:
+                    refuse(message, f"message could not be handled: {type(exc).__name__}: {exc}",
+                           self.connection_errors)
+                except recoverable:
+                    raise
+                except Exception:  # noqa: BLE001 - not even the refusal: log it, keep consuming
+                    log.exception("could not refuse a message")
                 return None
 
         return on_task_received
@@ -278,7 +305,7 @@ def record(queue: str, reason: str, message: Any) -> None:
         pass
     headers = message.headers if isinstance(message.headers, dict) else {}
     body = message.body
-    if headers.get("task") in CARRY_CREDENTIALS:
+    if str(headers.get("task")) in CARRY_CREDENTIALS:
         body = None  # an approval answer's body carries its token: never kept
     elif isinstance(body, (bytes, bytearray)):
         body = bytes(body[:2000])

@@ -43,6 +43,8 @@ def shapes(task: str) -> list[tuple[str, Any, dict[str, Any] | None, str]]:
         ("too many positional arguments", [[1, 2, 3, 4, 5, 6, 7, 8], {}, {}], headers(task), json_type),
         ("no task id", [[], {}, {}], {"lang": "py", "task": task}, json_type),
         ("a timelimit that is not a pair", [[], {}, {}], headers(task, timelimit="x"), json_type),
+        ("an eta a year ahead", [[], {}, {}], headers(task, eta="2099-01-01T00:00:00+00:00"), json_type),
+        ("an eta that is not a time", [[], {}, {}], headers(task, eta={"x": 1}), json_type),
         ("an unknown task name", [[], {}, {}], headers("wakeful.nope"), json_type),
         ("an unknown task name without id", [[], {}, {}], {"task": "wakeful.nope"}, json_type),
         ("a task name that is a list", [[], {}, {}], headers(["x"]), json_type),
