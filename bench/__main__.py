@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SECTIONS = ("ingest", "inserts", "drain", "latency", "cost", "scan")
+SECTIONS = ("ingest", "inserts", "drain", "latency", "cost", "scan", "backlog")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.wakeful_worker = start_wakeful()
         ctx.peer_worker.wait_ready(ctx.peer_app.control)
 
-        from bench import cost, drain, inserts, latency, scan, throughput
+        from bench import backlog, cost, drain, inserts, latency, scan, throughput
 
         for name in sections:
             started = time.monotonic()
@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                 cost.run(ctx, start_wakeful)
             elif name == "scan":
                 scan.run(ctx)
+            elif name == "backlog":
+                drain.alone_on_runs(ctx, lambda: backlog.run(ctx))
             ctx.progress(f"{name} done in {time.monotonic() - started:.1f}s")
         for w in workers:
             w.sample_rss()

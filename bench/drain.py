@@ -158,6 +158,10 @@ def setup_procrastinate(ctx: Context) -> str:
 
 
 def run(ctx: Context) -> None:
+    alone_on_runs(ctx, lambda: _run(ctx))
+
+
+def alone_on_runs(ctx: Context, drain) -> None:  # type: ignore[no-untyped-def]
     # The worker drains wakeful.runs alone, as the Procfile's ``worker`` process does (ingest
     # and control run on ``control``). Consuming a second, idle queue as well costs this
     # figure twice: kombu's Redis transport then BRPOPs both lists on every fetch (~30 %
@@ -166,7 +170,7 @@ def run(ctx: Context) -> None:
     app, w = ctx.wakeful_app, ctx.wakeful_worker
     app.control.cancel_consumer(DEFAULT_QUEUE, destination=[w.nodename], reply=True, timeout=5)
     try:
-        _run(ctx)
+        drain()
     finally:
         app.control.add_consumer(DEFAULT_QUEUE, destination=[w.nodename], reply=True, timeout=5)
 

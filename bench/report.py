@@ -28,6 +28,12 @@ ROWS = [
     ("events_per_s_1", "backlog drain, 1,000 inboxes, 1 event per wake", "events/s"),
     ("events_per_s_10", "backlog drain, 1,000 inboxes, 10 events per wake", "events/s"),
     ("procrastinate_per_s", "  peer: procrastinate, lock per key over 1,000 keys", "jobs/s"),
+    ("backlog_with_doorbells_per_s", "backlog of N inboxes x 1 event, every doorbell rung", "events/s"),
+    ("backlog_without_doorbells_per_s", "  the same after a broker flush (one sweep tick rings 1,000)", "events/s"),
+    ("hot_inbox_per_s", "10,000 events in one hot inbox (+100 others arriving)", "events/s"),
+    ("hot_spread_per_s", "  the same 10,000 over 1,000 inboxes", "events/s"),
+    ("hot_others_done_p50_s", "  others while the hot inbox drains: ingest -> done, p50", "s"),
+    ("hot_others_done_p99_s", "  others while the hot inbox drains: ingest -> done, p99", "s"),
     ("commits_per_wake", "commits per wake (worker, SQLAlchemy events)", ""),
     ("pg_xact_commit_per_wake", "  cross-check: pg_stat_database xact_commit per wake", ""),
     ("statements_per_wake", "SQL statements per wake (excl. BEGIN/COMMIT)", ""),
@@ -56,6 +62,8 @@ def ratios(m: dict[str, float | None]) -> dict[str, float | None]:
         "events_1_vs_procrastinate": div("events_per_s_1", "procrastinate_per_s"),
         "events_10_vs_procrastinate": div("events_per_s_10", "procrastinate_per_s"),
         "scan_1m_vs_10k": div("scan_ms_due10k_of_1m", "scan_ms_due10k_of_10k"),
+        "backlog_ratio": div("backlog_without_doorbells_per_s", "backlog_with_doorbells_per_s"),
+        "hot_inbox_ratio": div("hot_inbox_per_s", "hot_spread_per_s"),
         "worker_rss_vs_celery": div("worker_rss_mb", "celery_worker_rss_mb"),
     }
 
@@ -73,6 +81,8 @@ def targets(m: dict[str, Any], r: dict[str, Any]) -> list[tuple[str, bool | None
         ("events_per_s_10 >= 5x procrastinate_per_s", check(r["events_10_vs_procrastinate"], lambda v: v >= 5), _f(r["events_10_vs_procrastinate"]) + "x"),
         ("commits_per_wake <= 3", check(m.get("commits_per_wake"), lambda v: v <= 3), _f(m.get("commits_per_wake"))),
         ("scan 1m within 1.5x of scan 10k", check(r["scan_1m_vs_10k"], lambda v: v <= 1.5), _f(r["scan_1m_vs_10k"]) + "x"),
+        ("hot_inbox_ratio >= 0.5", check(r["hot_inbox_ratio"], lambda v: v >= 0.5), _f(r["hot_inbox_ratio"])),
+        ("a flushed backlog drains at >= 0.8x the rung one", check(r["backlog_ratio"], lambda v: v >= 0.8), _f(r["backlog_ratio"]) + "x"),
     ]
 
 
