@@ -66,7 +66,24 @@ def configured() -> tuple[AgentConfig, Any]:
 
 def agent(run: Run) -> Outcome:
     cfg, client = configured()
-    return ClaudeRun(cfg, client, run).outcome()
+    return ClaudeRun(cfg, _through_proxy(cfg) or client, run).outcome()
+
+
+def _through_proxy(cfg: AgentConfig) -> Any:
+    """With a ``[routes.anthropic]`` and the run's grant set by the runtime
+    (``agent.egress.using``), the model is called through the egress proxy: the grant is the
+    client's key, the proxy puts the real one on. None otherwise (the SDK's own
+    ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``)."""
+    if "anthropic" not in cfg.routes:
+        return None
+    try:
+        from agent import egress
+    except ImportError:
+        return None
+    grant = egress.current()
+    if grant is None:
+        return None
+    return grant.anthropic_client(timeout=cfg.timeout, max_retries=cfg.max_retries)
 
 
 @dataclass

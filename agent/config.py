@@ -79,6 +79,9 @@ class AgentConfig:
     # (at-least-once) or reported interrupted (at-most-once).
     effect_timeout: int = 300
     tools: dict[str, Tool] = field(default_factory=dict)
+    # The names of the [routes.*] tables (the egress proxy's; their contents are not read
+    # here): with "anthropic" among them the model is reached through the proxy.
+    routes: tuple[str, ...] = ()
 
 
 def import_callable(spec: str) -> Callable[..., Any]:
@@ -139,6 +142,8 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
     if not isinstance(tools, dict):
         raise ConfigError(f"{path}: [tools] must hold one [tools.NAME] table per tool")
     values["tools"] = {name: _tool(path, name, spec) for name, spec in tools.items()}
+    routes = raw.get("routes", {})
+    values["routes"] = tuple(sorted(routes)) if isinstance(routes, dict) else ()
     return AgentConfig(**values)
 
 

@@ -91,6 +91,7 @@ class ScriptedModel:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.requests: list[dict[str, Any]] = []
         self.replies: list[dict[str, Any]] = []  # every successful reply, in the order sent
+        self.seen: list[tuple[str, str | None]] = []  # (path, the key header) of every request
         self._failures: list[int] = []
         self._holds: list[threading.Event] = []
         self._lock = threading.Lock()
@@ -151,7 +152,9 @@ class ScriptedModel:
                 except ValueError:
                     return self._send(400, {"type": "error", "error": {"type": "invalid_request_error",
                                                                         "message": "not JSON"}})
-                if self.path.split("?")[0] != "/v1/messages":
+                # Any prefix: through the egress proxy the path is /<route>/v1/messages.
+                model.seen.append((self.path, self.headers.get("x-api-key") or self.headers.get("authorization")))
+                if not self.path.split("?")[0].endswith("/v1/messages"):
                     return self._send(404, {"type": "error", "error": {"type": "not_found_error",
                                                                         "message": self.path}})
                 status, hold = model._next_action(request)

@@ -252,3 +252,26 @@ def test_an_http_write_runs_under_a_grant_for_its_executing_attempt(store: Store
     [effect] = Effects(store).view("ada")
     assert effect.status == "done" and effect.result["is_error"]
     assert "cannot reach the proxy" in effect.result["content"]
+
+
+def test_with_an_anthropic_route_the_model_is_called_through_the_proxy_with_the_grant(
+        store: Store, model: ScriptedModel, write_config: Any, tool_log: Path) -> None:
+    """The runtime sets the run's grant (agent.egress.using); the scripted server stands in
+    for the proxy here and sees the route's path and the grant as the key."""
+    from agent import egress
+    from agent.claude import _through_proxy
+
+    config = write_config()
+    with config.open("a") as f:
+        f.write('\n[routes.anthropic]\nupstream = "https://api.anthropic.com"\n')
+    cfg = load(config)
+    assert cfg.routes == ("anthropic",) and _through_proxy(cfg) is None  # no grant: the SDK's own
+    with egress.using(egress.Egress(model.base_url, "grant-token-1")):
+        client = _through_proxy(cfg)
+        store.ingest("ada", "chat", "1", {"text": "hello"})
+        gen = store.acquire("ada", "w")
+        batch = store.claim("ada", "w", gen)
+        outcome = ClaudeRun(cfg, client, Run("ada", batch, gen, {}, lambda: True)).outcome()
+    assert outcome.messages[0].body == "Noted: hello"
+    path, key = model.seen[-1]
+    assert path == "/anthropic/v1/messages" and "grant-token-1" in (key or "")
