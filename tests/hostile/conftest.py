@@ -48,21 +48,37 @@ class Doors:
 
 @pytest.fixture
 def doors(pg_url: str, tmp_path: Path) -> Iterator[Doors]:
+    """Production: PostgreSQL and Redis."""
+    with reserved_redis_db() as number:
+        yield from _started(tmp_path / "home", pg_url, f"redis://{REDIS_HOST}:{REDIS_PORT}/{number}")
+
+
+@pytest.fixture
+def embedded_doors(sqlite_url: str, tmp_path: Path) -> Iterator[Doors]:
+    """The default with nothing installed: a SQLite store and kombu's SQLAlchemy broker."""
+    home = tmp_path / "home"
+    yield from _started(home, sqlite_url, f"sqla+sqlite:///{home / 'broker.sqlite3'}")
+
+
+def _started(home: Path, database_url: str, broker_url: str) -> Iterator[Doors]:
+    import subprocess
+    import sys
+
     from cli.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
 
-    with reserved_redis_db() as number:
-        broker_url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{number}"
-        home = tmp_path / "home"
-        home.mkdir()
-        env = stack_env(home, pg_url, broker_url)
-        store = Store.connect(pg_url)
-        procs = Processes(env=env, logdir=home / "logs")
-        started = [procs.worker("worker", RUN_QUEUES), procs.worker("control", CONTROL_QUEUES, concurrency=2),
-                   procs.beat()]
-        try:
-            procs.wait_ready(*started, timeout=90)
-            yield Doors(env, store, broker_url, procs)
-        finally:
-            for proc in procs.procs:
-                procs.kill(proc, signal.SIGKILL)
-            store.dispose()
+    home.mkdir()
+    env = stack_env(home, database_url, broker_url)
+    if broker_url.startswith("sqla+"):  # what `wakeful up` does first: the broker's tables and queues
+        subprocess.run([sys.executable, "-m", "cli.main", "init"], env=env, check=True,
+                       capture_output=True, timeout=120)
+    store = Store.connect(database_url)
+    procs = Processes(env=env, logdir=home / "logs")
+    started = [procs.worker("worker", RUN_QUEUES), procs.worker("control", CONTROL_QUEUES, concurrency=2),
+               procs.beat()]
+    try:
+        procs.wait_ready(*started, timeout=90)
+        yield Doors(env, store, broker_url, procs)
+    finally:
+        for proc in procs.procs:
+            procs.kill(proc, signal.SIGKILL)
+        store.dispose()

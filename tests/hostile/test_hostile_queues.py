@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from kombu import Connection, Exchange, Queue
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.processes]
+pytestmark = pytest.mark.processes
 
 # queue -> a task that lives on it (the name a forged message claims)
 QUEUE_TASKS = {
@@ -66,7 +66,13 @@ def publish_raw(url: str, queue: str, body: Any, hdrs: dict[str, Any] | None, co
                          headers=hdrs or {}, content_type=content_type, content_encoding="binary")
 
 
-def test_every_malformed_message_on_every_queue_is_dropped_recorded_and_survived(doors) -> None:
+@pytest.mark.parametrize("stack", [
+    pytest.param("doors", marks=[pytest.mark.postgres, pytest.mark.redis]),  # PostgreSQL + Redis
+    "embedded_doors",  # SQLite + kombu's SQLAlchemy broker: the default
+])
+def test_every_malformed_message_on_every_queue_is_dropped_recorded_and_survived(
+        stack: str, request: pytest.FixtureRequest) -> None:
+    doors = request.getfixturevalue(stack)
     expected: dict[str, int] = {}
     for queue, task in QUEUE_TASKS.items():
         cases = shapes(task)
@@ -97,6 +103,10 @@ def test_every_malformed_message_on_every_queue_is_dropped_recorded_and_survived
     # The next good event still goes through ingest, the doorbell, a run and the outbox.
     from celery import Celery
 
+    if doors.broker_url.startswith("sqla+"):
+        from kombu.transport import sqlalchemy as sqla
+
+        sqla.Transport.polling_interval = 0.05
     client = Celery("outside", broker=doors.broker_url)
     client.conf.update(task_serializer="json", accept_content=["json"])
     client.send_task("wakeful.ingest", kwargs={"inbox": "after", "source": "chat", "source_id": "1",
