@@ -37,11 +37,21 @@ class Run:
     generation: int
     memory: dict[str, Any]
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
+    _mint_grant: Callable[[list[str], int], str | None] = field(repr=False, default=lambda routes, ttl: None)
 
     def heartbeat(self) -> None:
         """Renew the lease. Raises LeaseLost when this worker no longer holds the inbox."""
         if not self._heartbeat():
             raise LeaseLost(f"lease on inbox {self.inbox!r} (generation {self.generation}) lost")
+
+    def grant(self, routes: list[str], ttl: int) -> str:
+        """A grant for the egress proxy's ``routes`` (store/grants.py), bound to this run's
+        lease: dead once another worker takes the inbox over. Raises LeaseLost if the lease
+        is already gone. The agent never holds a route's key, only this."""
+        token = self._mint_grant(list(routes), ttl)
+        if token is None:
+            raise LeaseLost(f"lease on inbox {self.inbox!r} (generation {self.generation}) lost")
+        return token
 
 
 Agent = Callable[[Run], Outcome | None]

@@ -68,6 +68,10 @@ class HeldLease:
     def renew(self) -> bool:
         return _once_more_on_disconnect(lambda: self.store.renew(self.inbox, self.holder, self.generation))
 
+    def mint_grant(self, routes: list[str], ttl: int) -> str | None:
+        """A grant for the egress proxy, valid while this lease is (None once it is lost)."""
+        return self.store.mint_grant(self.inbox, self.holder, self.generation, routes, ttl)
+
 
 @app.task(name="wakeful.run_inbox", bind=True, soft_time_limit=settings.run_time_limit,
           time_limit=settings.hard_time_limit)
@@ -182,7 +186,7 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
         name = f"{inbox}@{lease.generation}"
         with LeaseKeeper(lease.renew, settings.lease_ttl, lease.deadline, name) as keeper:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
-                      memory=memory, _heartbeat=keeper.heartbeat)
+                      memory=memory, _heartbeat=keeper.heartbeat, _mint_grant=lease.mint_grant)
             outcome = agent(run) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
