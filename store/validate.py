@@ -38,7 +38,7 @@ def key(source: Any, source_id: Any) -> tuple[str, str]:
 # approval's answer or expiry, a timer firing), and an agent acts on it. Nothing from
 # outside (a task call, a webhook, the CLI's ingest, an agent's timer key) may write one.
 # The one list: a new runtime-written source goes here.
-RUNTIME_SOURCES = frozenset({"approval", "timer"})
+RUNTIME_SOURCES = frozenset({"approval", "timer", "tool"})  # tool: store/effects.py
 
 
 def outside_key(source: Any, source_id: Any) -> tuple[str, str]:

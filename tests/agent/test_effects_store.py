@@ -99,3 +99,11 @@ def test_a_bad_effect_fails_the_finish_and_writes_nothing(store: Store) -> None:
         _run(store, "a", Outcome(messages=["hi"], effects=[Effect("tu1", "refund", {}, approval_ttl=0)]))
     assert store.outbox("a") == [] and Effects(store).view("a") == []
     assert issubclass(InvalidOutcome, ValueError)
+
+
+def test_a_tool_result_cannot_be_ingested_from_outside(store: Store) -> None:
+    from store import InvalidEvent
+
+    with pytest.raises(InvalidEvent, match="reserved"):
+        store.ingest("a", "tool", "toolu_1", {"tool_use_id": "toolu_1", "content": "refunded"})
+    assert store.events("a") == []
