@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SECTIONS = ("ingest", "inserts", "drain", "latency", "cost", "scan", "backlog")
+SECTIONS = ("ingest", "inserts", "drain", "latency", "cost", "scan", "backlog", "pgbouncer")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                 scan.run(ctx)
             elif name == "backlog":
                 drain.alone_on_runs(ctx, lambda: backlog.run(ctx))
+            elif name == "pgbouncer":
+                from bench import pgbouncer
+
+                pgbouncer.run(ctx)
             ctx.progress(f"{name} done in {time.monotonic() - started:.1f}s")
         for w in workers:
             w.sample_rss()

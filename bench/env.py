@@ -92,6 +92,7 @@ class Worker:
     queues: tuple[str, ...]
     env: dict[str, str]
     logdir: Path
+    concurrency: int = CONCURRENCY
     popen: subprocess.Popen | None = None
     log: Path | None = None
     peak_rss_kb: dict[int, int] = field(default_factory=dict)
@@ -107,7 +108,7 @@ class Worker:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", self.app, "worker", "-l", "WARNING",
                  "-n", self.nodename, "-Q", ",".join(self.queues), "-P", POOL,
-                 "-c", str(CONCURRENCY), "--prefetch-multiplier", str(PREFETCH),
+                 "-c", str(self.concurrency), "--prefetch-multiplier", str(PREFETCH),
                  "--without-mingle", "--without-gossip", "--without-heartbeat"],
                 env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -119,7 +120,7 @@ class Worker:
             if self.popen.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited: see {self.log}")
             if control.ping(destination=[self.nodename], timeout=0.5):
-                if len(self.children()) >= CONCURRENCY:
+                if len(self.children()) >= self.concurrency:
                     return
             time.sleep(0.1)
         raise RuntimeError(f"worker {self.name} not ready after {timeout}s: see {self.log}")

@@ -28,6 +28,10 @@ ROWS = [
     ("events_per_s_1", "backlog drain, 1,000 inboxes, 1 event per wake", "events/s"),
     ("events_per_s_10", "backlog drain, 1,000 inboxes, 10 events per wake", "events/s"),
     ("procrastinate_per_s", "  peer: procrastinate, lock per key over 1,000 keys", "jobs/s"),
+    ("drain_pgbouncer_per_s", "1 event per wake, through PgBouncer (transaction pooling)", "events/s"),
+    ("drain_direct_per_s", "  the same drain, direct to PostgreSQL", "events/s"),
+    ("pgbouncer_64_workers_per_s", "1 event per wake, 64 worker processes through PgBouncer", "events/s"),
+    ("pgbouncer_64_workers_server_connections", "  most server connections PgBouncer held for them", ""),
     ("backlog_with_doorbells_per_s", "backlog of N inboxes x 1 event, every doorbell rung", "events/s"),
     ("backlog_without_doorbells_per_s", "  the same after a broker flush (one sweep tick rings 1,000)", "events/s"),
     ("hot_inbox_per_s", "10,000 events in one hot inbox (+100 others arriving)", "events/s"),
@@ -64,6 +68,7 @@ def ratios(m: dict[str, float | None]) -> dict[str, float | None]:
         "scan_1m_vs_10k": div("scan_ms_due10k_of_1m", "scan_ms_due10k_of_10k"),
         "backlog_ratio": div("backlog_without_doorbells_per_s", "backlog_with_doorbells_per_s"),
         "hot_inbox_ratio": div("hot_inbox_per_s", "hot_spread_per_s"),
+        "pgbouncer_drain_ratio": div("drain_pgbouncer_per_s", "drain_direct_per_s"),
         "worker_rss_vs_celery": div("worker_rss_mb", "celery_worker_rss_mb"),
     }
 
@@ -81,6 +86,8 @@ def targets(m: dict[str, Any], r: dict[str, Any]) -> list[tuple[str, bool | None
         ("events_per_s_10 >= 5x procrastinate_per_s", check(r["events_10_vs_procrastinate"], lambda v: v >= 5), _f(r["events_10_vs_procrastinate"]) + "x"),
         ("commits_per_wake <= 3", check(m.get("commits_per_wake"), lambda v: v <= 3), _f(m.get("commits_per_wake"))),
         ("scan 1m within 1.5x of scan 10k", check(r["scan_1m_vs_10k"], lambda v: v <= 1.5), _f(r["scan_1m_vs_10k"]) + "x"),
+        ("pgbouncer_drain_ratio >= 0.7", check(r["pgbouncer_drain_ratio"], lambda v: v >= 0.7), _f(r["pgbouncer_drain_ratio"])),
+        ("64 workers on <= 10 server connections", check(m.get("pgbouncer_64_workers_server_connections"), lambda v: v <= 10), _f(m.get("pgbouncer_64_workers_server_connections"))),
         ("hot_inbox_ratio >= 0.5", check(r["hot_inbox_ratio"], lambda v: v >= 0.5), _f(r["hot_inbox_ratio"])),
         ("a flushed backlog drains at >= 0.8x the rung one", check(r["backlog_ratio"], lambda v: v >= 0.8), _f(r["backlog_ratio"]) + "x"),
     ]
