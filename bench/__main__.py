@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SECTIONS = ("ingest", "inserts", "drain", "latency", "cost", "scan", "backlog", "pgbouncer")
+SECTIONS = ("ingest", "inserts", "drain", "latency", "web", "cost", "scan", "backlog", "pgbouncer")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                 scan.run(ctx)
             elif name == "backlog":
                 drain.alone_on_runs(ctx, lambda: backlog.run(ctx))
+            elif name == "web":
+                from bench import web
+
+                web.run(ctx)
             elif name == "pgbouncer":
                 from bench import pgbouncer
 

@@ -43,7 +43,8 @@ def agent(run: Any) -> None:
     counted = False
     for event in run.events:
         payload = event.payload or {}
-        sent = payload.get("sent")
+        body = payload.get("body")  # a webhook as the web edge stores it: {"type", "body"}
+        sent = payload.get("sent", body.get("sent") if isinstance(body, dict) else None)
         if sent is not None:
             record_latency(now - sent)
             started = _task_started.get("run")
