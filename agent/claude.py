@@ -69,6 +69,18 @@ def agent(run: Run) -> Outcome:
     return ClaudeRun(cfg, _through_proxy(cfg) or client, run).outcome()
 
 
+def run_summary(outcome: Outcome) -> dict[str, Any]:
+    """For the run task's summary (Flower): this run's model calls, tokens and tool
+    decisions, when the claude agent produced the Outcome; {} otherwise."""
+    entries = outcome.memory.get(LOG_KEY) if isinstance(outcome.memory, dict) else None
+    if not isinstance(entries, list) or not entries or not isinstance(entries[-1], dict):
+        return {}
+    last = entries[-1]
+    return {"model_calls": last.get("model_calls", 0),
+            "tokens": f"{last.get('input_tokens', 0)}/{last.get('output_tokens', 0)}",
+            "tools": sorted((last.get("decisions") or {}).values())}
+
+
 def _through_proxy(cfg: AgentConfig) -> Any:
     """With a ``[routes.anthropic]`` and the run's grant set by the runtime
     (``agent.egress.using``), the model is called through the egress proxy: the grant is the

@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunStep, Store
 
 from agent import Agent, LeaseLost, Run, load_agent
+from agent.claude import run_summary
 from tasks.application import app
 from tasks import faults
 from tasks.lease_keeper import LeaseKeeper
@@ -236,6 +237,7 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
         result.update(outcome="done", messages=len(outcome.messages),
                       approvals=len(outcome.approvals), timers=len(outcome.timers),
                       effects=len(outcome.effects) + len(outcome.answered))
+        result.update(run_summary(outcome))  # the claude agent's model calls, tokens, tools
     return result, step
 
 

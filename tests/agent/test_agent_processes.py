@@ -71,6 +71,10 @@ def test_allow_ask_deny_expiry_and_a_retried_500(make_cluster: Any, write_config
     _replied(cluster, "allow", "refund: refunded order 1")
     assert [c["input"] for c in _executions(tool_log, "allow")] == [{"order": 1}]
     assert any(r.get("messages") for r in model.requests)  # 500 then success: both reached us
+    summary = cluster.wait(lambda: [line for line in cluster.run_workers[0].text().splitlines()
+                                    if "'inbox': 'allow'" in line and "'model_calls': 1" in line],
+                           "the run summary (what Flower shows) with the model calls")[0]
+    assert "'effects': 1" in summary and "'tokens': '" in summary and "'tools': " in summary
     _replied(cluster, "deny", "wipe failed: the tool 'wipe' is not available")
 
     yes, no = _asked(cluster, "ask", 2)
