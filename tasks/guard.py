@@ -315,6 +315,6 @@ def record(queue: str, reason: str, message: Any) -> None:
         get_store().record_rejection(
             f"queue:{queue}", reason, inbox=inbox if isinstance(inbox, str) else None,
             excerpt=None if body is None else bounded_excerpt(body))
-    except Exception as exc:  # noqa: BLE001 - the store down: the log line above is the record
+    except Exception as exc:  # noqa: BLE001 - the store down: the log line is the record
         unrecorded += 1
         log.error("could not record the refusal of a message on %s: %s", _text(queue), type(exc).__name__)
