@@ -101,6 +101,12 @@ def _header_problem(fields: dict[str, Any]) -> str | None:
         value = fields.get(name)
         if value is not None and not isinstance(value, str):
             return f"message header {name} must be a string"
+    # Celery prints the id and the (shadow) name in its log lines, raw: an ANSI escape there
+    # would run on the terminal of whoever reads the log.
+    for name in ("id", "shadow", "root_id", "parent_id", "group"):
+        value = fields.get(name)
+        if value is not None and (len(value) > 255 or not value.isprintable()):
+            return f"message header {name} must be printable text of at most 255 characters"
     retries = fields.get("retries", 0)
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         return "message header retries must be a non-negative integer"

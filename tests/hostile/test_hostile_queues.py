@@ -42,6 +42,7 @@ def shapes(task: str) -> list[tuple[str, Any, dict[str, Any] | None, str]]:
         ("an unexpected argument", [[], {"nope": 1}, {}], headers(task), json_type),
         ("too many positional arguments", [[1, 2, 3, 4, 5, 6, 7, 8], {}, {}], headers(task), json_type),
         ("no task id", [[], {}, {}], {"lang": "py", "task": task}, json_type),
+        ("an id with terminal escapes", [[], {}, {}], {**headers(task), "id": "\x1b]0;owned\x07"}, json_type),
         ("a timelimit that is not a pair", [[], {}, {}], headers(task, timelimit="x"), json_type),
         ("an eta a year ahead", [[], {}, {}], headers(task, eta="2099-01-01T00:00:00+00:00"), json_type),
         ("an eta that is not a time", [[], {}, {}], headers(task, eta={"x": 1}), json_type),
@@ -98,7 +99,8 @@ def test_every_malformed_message_on_every_queue_is_dropped_recorded_and_survived
 
     for proc in doors.procs.procs:
         assert proc.alive(), f"{proc.name} exited\n{doors.logs()}"
-    assert "Unrecoverable error" not in doors.logs(tail=10**7)
+    logs = doors.logs(tail=10**7)
+    assert "Unrecoverable error" not in logs and "\x1b]0;owned" not in logs
 
     # The next good event still goes through ingest, the doorbell, a run and the outbox.
     from celery import Celery
