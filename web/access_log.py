@@ -2,7 +2,8 @@
 
 uvicorn's own access log prints the full request line, and approval links carry their token
 in ``?token=``: ``python -m web`` turns uvicorn's off and this one on. Paths are logged as
-sent; they carry inbox and request ids, which are not secrets.
+sent, with control and bidi characters escaped (``%1B`` decodes to ESC): they carry inbox
+and request ids, which are not secrets but are chosen by whoever sends the request.
 """
 
 from __future__ import annotations
@@ -33,4 +34,5 @@ class AccessLog:
             await self.app(scope, receive, send_and_note)
         finally:
             client = scope.get("client") or ("-", 0)
-            log.info("%s %s %s %d", client[0], scope["method"], scope["path"], status)
+            # repr() escapes every non-printable character: no terminal escape reaches the log
+            log.info("%s %s %s %d", client[0], scope["method"], repr(scope["path"])[1:-1], status)

@@ -125,3 +125,14 @@ def test_a_refusal_before_the_signature_keeps_no_excerpt(client: Client, web_sto
                        headers=github_headers(GITHUB_SECRET, bad)).status_code == 422
     signed = [r for r in web_store.rejections(limit=500) if r.inbox == inbox and r.excerpt]
     assert signed and signed[0].excerpt.startswith("{not json")
+
+
+def test_the_access_log_escapes_what_the_path_carries(client: Client, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="wakeful.web.access"):
+        client.post("/hooks/github/%1B%5D0%3Bowned%07x%E2%80%AE", content=b"{}",
+                    headers={"content-type": "application/json"})
+    [line] = [r.getMessage() for r in caplog.records if r.name == "wakeful.web.access"]
+    assert "\x1b" not in line and "\x07" not in line and "\u202e" not in line
+    assert "\\x1b]0;owned\\x07x\\u202e" in line
