@@ -37,7 +37,7 @@ from agent import Run
 from agent import config as config_module
 from agent import policy, tools
 from agent.config import AgentConfig
-from agent.conversation import MEMORY_KEY, UNTRUSTED_CLOSE, UNTRUSTED_OPEN, Conversation, tool_result
+from agent.conversation import MEMORY_KEY, UNTRUSTED_CLOSE, UNTRUSTED_OPEN, Conversation, cut, tool_result
 
 log = logging.getLogger("wakeful.agent.claude")
 LOG_KEY = "claude_runs"  # memory: the last runs' model calls, tokens and tool decisions
@@ -167,6 +167,7 @@ class ClaudeRun:
         if not isinstance(text, str):
             text = json.dumps({"source": event.source, "payload": payload}, ensure_ascii=False,
                               separators=(",", ":"), sort_keys=True)
+        text = cut(text, max(1000, self.cfg.conversation_budget // 4))
         if event.source in self.cfg.untrusted_sources:
             safe = text.replace(UNTRUSTED_CLOSE, "</ untrusted>").replace(UNTRUSTED_OPEN, "< untrusted")
             text = (f'{UNTRUSTED_OPEN} source="{event.source}" id="{_attr(event.source_id)}">\n'

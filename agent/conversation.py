@@ -14,7 +14,8 @@ The budget: the stored ``messages`` are kept under ``conversation_budget`` chara
 JSON by dropping the oldest exchanges whole (a user turn and everything up to the next user
 turn that is not a tool result), and a note saying how many were dropped opens the first
 turn. The latest exchange is never dropped, so one oversized turn can exceed the budget
-for as long as it is the latest.
+for as long as it is the latest; one event's text is cut to a quarter of the budget, and the
+held input keeps its newest half-budget (older held messages are dropped, with a note).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Conversation:
 
     def state(self, budget: int) -> dict[str, Any]:
         self.trim(budget)
+        self.trim_held(budget // 2)
         return {"messages": self.messages, "waiting": self.waiting, "results": self.results,
                 "held": self.held, "dropped": self.dropped}
 
@@ -107,6 +109,22 @@ class Conversation:
                 first.insert(0, {"type": "text", "text": note})
             else:
                 first[0] = {"type": "text", "text": note}
+
+
+    def trim_held(self, budget: int) -> None:
+        """Input held while waiting (an approval may take hours) keeps its newest part."""
+        dropped = 0
+        while len(self.held) > 1 and _size(self.held) > budget:
+            self.held.pop(0)
+            dropped += 1
+        if dropped:
+            self.held.insert(0, {"type": "text", "text": f"[{dropped} earlier messages that arrived "
+                                                         "while a tool result was pending were dropped]"})
+
+
+def cut(text: str, limit: int) -> str:
+    """One event's text within ``limit`` characters (the rest is dropped, and said so)."""
+    return text if len(text) <= limit else text[:limit] + f"\n[cut: {len(text) - limit} more characters]"
 
 
 def tool_result(tool_use_id: str, content: str, is_error: bool) -> dict[str, Any]:

@@ -275,3 +275,20 @@ def test_with_an_anthropic_route_the_model_is_called_through_the_proxy_with_the_
     assert outcome.messages[0].body == "Noted: hello"
     path, key = model.seen[-1]
     assert path == "/anthropic/v1/messages" and "grant-token-1" in (key or "")
+
+
+def test_input_held_while_waiting_and_one_huge_event_stay_bounded(store: Store, model: ScriptedModel,
+                                                                   write_config: Any, tool_log: Path) -> None:
+    import json
+
+    agent = Agent(store, model, write_config(conversation_budget=4000))
+    agent.say('call refund_asked {"order": 1}')
+    agent.wake()
+    for n in range(40):  # nobody answers for a long while; the user keeps writing
+        agent.say(f"still there? {n} " + "y" * 100)
+        agent.wake()
+    agent.say("z" * 50_000)
+    agent.wake()
+    state = store.memory("ada")["claude"]
+    assert len(json.dumps(state["held"])) <= 4000 // 2 + 1200
+    assert "were dropped" in state["held"][0]["text"] and "[cut:" in state["held"][-1]["text"]
