@@ -33,7 +33,7 @@ _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accep
 
 _AGENT_KEYS = {"model", "system", "max_tokens", "max_model_calls", "untrusted_sources", "timeout",
                "max_retries", "conversation_budget", "effect_timeout"}
-_TOOL_KEYS = {"call", "route", "method", "path", "policy", "effect", "description", "input_schema",
+_TOOL_KEYS = {"call", "routes", "route", "method", "path", "policy", "effect", "description", "input_schema",
               "approval_ttl", "delivery"}
 
 
@@ -54,6 +54,12 @@ class Tool:
     route: str | None = None  # an HTTP tool through the egress proxy (agent/egress.py)
     method: str = "GET"
     path: str = "/"
+    routes: tuple[str, ...] = ()  # the routes a Python tool reaches with call.http(route)
+
+    @property
+    def grant_routes(self) -> tuple[str, ...]:
+        """The egress routes a grant for this tool must cover."""
+        return (self.route,) if self.route else self.routes
 
     def function(self) -> Callable[..., Any]:
         assert self.call is not None
@@ -82,6 +88,14 @@ class AgentConfig:
     # The names of the [routes.*] tables (the egress proxy's; their contents are not read
     # here): with "anthropic" among them the model is reached through the proxy.
     routes: tuple[str, ...] = ()
+
+    def run_routes(self) -> list[str]:
+        """What a run's own grant covers: the model's route and the routes of the tools that
+        run inline (allowed reads). A write's routes are granted to its effect alone, after
+        the commit (and the yes), so nothing in a run can reach them."""
+        inline = {r for t in self.tools.values() if t.policy == "allow" and t.effect == "read"
+                  for r in t.grant_routes}
+        return sorted(inline | ({"anthropic"} & set(self.routes)))
 
 
 def import_callable(spec: str) -> Callable[..., Any]:
@@ -144,6 +158,10 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
     values["tools"] = {name: _tool(path, name, spec) for name, spec in tools.items()}
     routes = raw.get("routes", {})
     values["routes"] = tuple(sorted(routes)) if isinstance(routes, dict) else ()
+    for tool in values["tools"].values():
+        unknown_routes = set(tool.grant_routes) - set(values["routes"])
+        if unknown_routes:
+            raise ConfigError(f"{path}: [tools.{tool.name}]: no [routes.{sorted(unknown_routes)[0]}] table for it")
     return AgentConfig(**values)
 
 
@@ -176,9 +194,18 @@ def _tool(path: str, name: str, spec: Any) -> Tool:
     tool = Tool(name=name, policy=policy, effect=effect, delivery=DELIVERIES[delivery], approval_ttl=ttl,
                 description=_text(path, where, spec, "description", default=""), input_schema=schema,
                 call=spec.get("call"), route=spec.get("route"), method=str(spec.get("method", "GET")).upper(),
-                path=str(spec.get("path", "/")))
+                path=str(spec.get("path", "/")), routes=_route_names(path, where, spec))
     _check_runnable(path, where, tool)
     return tool
+
+
+def _route_names(path: str, where: str, spec: dict[str, Any]) -> tuple[str, ...]:
+    routes = spec.get("routes", [])
+    if not isinstance(routes, list) or not all(isinstance(r, str) and r for r in routes):
+        raise ConfigError(f"{path}: {where}: routes must be a list of route names")
+    if routes and spec.get("call") is None:
+        raise ConfigError(f"{path}: {where}: routes is for a Python tool (call); an HTTP tool names its route")
+    return tuple(routes)
 
 
 def _check_runnable(path: str, where: str, tool: Tool) -> None:

@@ -67,12 +67,12 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
 def _egress(book: Effects, cfg: AgentConfig, effect: EffectRow, tool: Tool) -> Any:
     """An HTTP tool reaches its route through the egress proxy under a grant bound to this
     attempt of this effect (agent/egress.py): dead once the attempt is no longer executing."""
-    if tool.route is None:
+    if not tool.grant_routes:
         return nullcontext()
     from agent import egress
 
     grant = egress.for_effect(book.store, effect.inbox, f"effects:{os.getpid()}", effect.generation,
-                              effect.tool_use_id, effect.attempts, [tool.route], cfg.effect_timeout)
+                              effect.tool_use_id, effect.attempts, list(tool.grant_routes), cfg.effect_timeout)
     return egress.using(grant)
 
 

@@ -51,3 +51,30 @@ def test_a_good_config_loads_with_its_defaults_and_ignores_routes(tmp_path: Path
     assert cfg.model == "claude-scripted" and cfg.untrusted_sources == ("mail",)
     assert cfg.tools["refund"].delivery == "at-least-once" and cfg.tools["refund_asked"].approval_ttl == 600
     assert cfg.tools["wipe"].policy == "deny"
+
+
+def test_a_runs_grant_covers_the_model_and_inline_reads_never_a_write_only_route(tmp_path: Path) -> None:
+    path = tmp_path / "agent.toml"
+    path.write_text("""
+[agent]
+model = "m"
+[routes.anthropic]
+[routes.crm]
+[routes.bank]
+[tools.lookup]
+call = "agent_tools:lookup"
+routes = ["crm"]
+policy = "allow"
+effect = "read"
+[tools.pay]
+call = "agent_tools:refund"
+routes = ["bank"]
+policy = "allow"
+effect = "write"
+""")
+    cfg = load(path)
+    assert cfg.run_routes() == ["anthropic", "crm"]  # bank only ever in the pay effect's grant
+    assert cfg.tools["pay"].grant_routes == ("bank",)
+    path.write_text(path.read_text().replace('routes = ["bank"]', 'routes = ["vault"]'))
+    with pytest.raises(ConfigError, match=r"\[tools.pay\]: no \[routes.vault\] table"):
+        load(path)
