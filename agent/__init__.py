@@ -69,12 +69,17 @@ def load_agent(spec: str) -> Agent:
         from agent.claude import configured
 
         configured()
+    return import_callable(spec)
+
+
+def import_callable(spec: str) -> Callable[..., Any]:
+    """``module:callable`` (a dotted attribute path after the colon), imported."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise ValueError(f"agent {spec!r} must be module:callable")
+        raise ValueError(f"{spec!r} must be module:callable")
     target: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         target = getattr(target, part)
     if not callable(target):
-        raise TypeError(f"agent {spec!r} is not callable")
+        raise TypeError(f"{spec!r} is not callable")
     return target

@@ -23,6 +23,8 @@ from typing import Any
 
 import jsonschema
 
+from agent import import_callable
+
 ENV = "WAKEFUL_AGENT_CONFIG"
 POLICIES = ("allow", "deny", "ask")
 EFFECTS = ("read", "write")
@@ -96,18 +98,6 @@ class AgentConfig:
         inline = {r for t in self.tools.values() if t.policy == "allow" and t.effect == "read"
                   for r in t.grant_routes}
         return sorted(inline | ({"anthropic"} & set(self.routes)))
-
-
-def import_callable(spec: str) -> Callable[..., Any]:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"{spec!r} must be module:callable")
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise TypeError(f"{spec!r} is not callable")
-    return target
 
 
 def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
