@@ -39,6 +39,8 @@ def _apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now
         approvals.request(conn, s, inbox, a.request_id, a.action, a.expires_in, now)
     for t in outcome.timers:
         due = t.due if t.due is not None else (now + t.after if t.after is not None else None)
+        # an agent's timer key is outside input too: never a runtime source (approval, tool ...)
+        key = validate.outside_key(*t.key) if t.key is not None else None
         timers.add(conn, s, inbox, t.timer_id, due, t.payload, every=t.every, cron=t.cron,
-                   tz=t.tz, key=t.key, misfire=t.misfire, now=now)
+                   tz=t.tz, key=key, misfire=t.misfire, now=now)
     memory.write(conn, s, inbox, outcome.memory, now)

@@ -368,7 +368,7 @@ def _sent(s: Stack) -> list[dict[str, Any]]:
 
 # --- 9. Approvals answered at the deadline +- 1 s while the scan runs -----------------------
 def approvals_at_deadline(make_stack: MakeStack, rng: random.Random, scale: int = 1) -> Result:
-    s = make_stack(WAKEFUL_SCAN_INTERVAL="0.2")
+    s = make_stack(WAKEFUL_SCAN_INTERVAL="0.2", WAKEFUL_APPROVAL_SECRET="faults-approval-secret")
     runner, control, beat = s.worker("runs"), s.control(concurrency=4), s.beat()
     s.ready(runner, control, beat)
     n = 12 * scale
@@ -386,8 +386,11 @@ def approvals_at_deadline(make_stack: MakeStack, rng: random.Random, scale: int 
 
     def answer(inbox: str, rid: str, at: float, said: str) -> None:
         time.sleep(max(0.0, at - (time.time() + offset)))
+        from web.tokens import make_token  # an answer by task call carries the link's token
+
+        token = make_token(inbox, rid, secret="faults-approval-secret")
         result = s.client.send_task("wakeful.answer_approval", kwargs={
-            "inbox": inbox, "request_id": rid, "answer": said}, ignore_result=False
+            "inbox": inbox, "request_id": rid, "answer": said, "token": token}, ignore_result=False
         ).get(timeout=60, interval=0.05)
         with lock:
             answers.append((inbox, rid, said, result.get("outcome")))

@@ -43,7 +43,8 @@ def test_every_procfile_process_is_a_compose_service_with_the_same_command() -> 
 def test_compose_runs_postgres_and_redis_with_passwords_and_health_checks() -> None:
     services = compose()["services"]
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?")
-    assert "--requirepass" in services["redis"]["command"]
+    # the password reaches redis-server on stdin, never on its command line
+    assert 'requirepass "$$REDISCLI_AUTH"' in " ".join(services["redis"]["command"])
     for name in ("postgres", "redis", "web", "worker", "control"):
         assert "healthcheck" in services[name], name
     for name in procfile():

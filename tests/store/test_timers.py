@@ -120,3 +120,15 @@ def test_bad_timers_are_refused_and_store_nothing(store: Store, kwargs, message)
 def test_a_timer_id_too_long_for_its_event_key_is_refused(store: Store) -> None:
     with pytest.raises(InvalidTimer, match="timer_id is 201 characters long"):
         store.add_timer("a", "t" * 201, T, {}, every=60)
+
+
+def test_an_agent_timer_cannot_carry_a_runtime_source_key(store: Store) -> None:
+    from store import InvalidOutcome, Outcome, Timer
+
+    store.request_approval("a", "r1", "refund", 3600, now=T)
+    assert store.ingest("a", "chat", "1", {}, now=T)
+    gen = store.acquire("a", "w", now=T)
+    [event] = store.claim("a", "w", gen, now=T)
+    forged = Outcome(timers=[Timer("t", {"answer": "yes"}, after=1, key=("approval", "r1"))])
+    with pytest.raises(InvalidOutcome, match="written by wakeful itself"):
+        store.finish("a", "w", gen, [event.id], forged, now=T)
