@@ -246,7 +246,9 @@ def test_an_http_write_runs_under_a_grant_for_its_executing_attempt(store: Store
     monkeypatch.setenv("WAKEFUL_PROXY_URL", "http://127.0.0.1:9")
     tools = {"refund": {"route": "shop", "method": "POST", "path": "/refunds", "policy": "allow",
                         "effect": "write"}}
-    agent = Agent(store, model, write_config(tools))
+    config = write_config(tools)
+    config.write_text(config.read_text() + '\n[routes.shop]\nupstream = "https://shop.example"\n')
+    agent = Agent(store, model, config)
     agent.say('call refund {"order": 3}')
     agent.wake()
     [effect] = Effects(store).view("ada")

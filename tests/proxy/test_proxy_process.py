@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import Stack
+from conftest import WAKEFUL, Stack
 
 from agent.egress import Egress, EgressError, RouteClient, using, client
 from proxy.scrub import REDACTED
@@ -263,8 +263,6 @@ def test_web_metrics_count_the_proxys_refusals_by_route_and_outcome(stack: Stack
 def test_wakeful_audit_shows_an_inboxs_requests(stack: Stack) -> None:
     import json
     import subprocess
-
-    from conftest import WAKEFUL
 
     with Egress(stack.proxy_url, stack.grant("px-cli", ["shop"])).http("shop") as http:
         http.get("/orders/5", params={"token": "not-in-the-audit"})
