@@ -22,25 +22,29 @@ log = logging.getLogger("wakeful.doorbell")
 _RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 
-def ring(inbox: str, expires: float | None = None) -> None:
+def ring(inbox: str, expires: float | None = None, drain: bool = False) -> None:
     """Ask a worker to run ``inbox``. Never raises; the sweep covers a lost ring.
 
     ``expires`` (seconds): a ring still queued after that long is dropped unrun. The sweep
     uses it, so its rings for inboxes stuck behind busy workers never pile up beyond one
     sweep's worth: the next sweep rings again if the work is still there.
+
+    ``drain``: once ``inbox`` is idle, the task goes on with the backlog straight from the
+    database (``run_inbox``): for the sweep's rings, which stand for doorbells that were lost.
     """
     try:
-        app.send_task("wakeful.run_inbox", args=[inbox], queue=RUNS_QUEUE, expires=expires,
-                      ignore_result=True, retry=True, retry_policy=_RETRY)
+        app.send_task("wakeful.run_inbox", args=[inbox], kwargs={"drain": True} if drain else None,
+                      queue=RUNS_QUEUE, expires=expires, ignore_result=True, retry=True,
+                      retry_policy=_RETRY)
     except Exception as exc:
         log.warning("doorbell for inbox %r not sent (%s: %s); the sweep will ring it",
                     inbox, type(exc).__name__, exc)
 
 
-def ring_many(inboxes: Iterable[str], expires: float | None = None) -> int:
+def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool = False) -> int:
     rung = 0
     for inbox in dict.fromkeys(inboxes):  # once each, in order
-        ring(inbox, expires=expires)
+        ring(inbox, expires=expires, drain=drain)
         rung += 1
     return rung
 

@@ -77,9 +77,9 @@ class Settings:
     # Agent runs one task may do before it hands the inbox back and re-rings, so one busy
     # inbox cannot hold a worker forever.
     max_runs_per_task: int = 10
-    # Seconds a run task whose own inbox went idle keeps taking the next ready inbox straight
-    # from the database (the throughput path: no broker message per wake, and a flushed
-    # broker's backlog drains without waiting for the sweep). 0 turns it off.
+    # Seconds a task rung by the sweep keeps taking the next ready inbox straight from the
+    # database once its own is idle (its ring stands for lost doorbells: a flushed broker's
+    # backlog drains at the workers' rate, not the sweep's). 0 turns it off.
     drain_seconds: float = 30.0
     # Soft time limit of one run_inbox task (SoftTimeLimitExceeded fails the current run, with
     # backoff); the hard limit is 30 s later. Agent runs are meant to be short.
