@@ -8,7 +8,7 @@ woke up again changes nothing.
 
 A single-batch wake costs two commits: ``start_run`` (acquire + claim + the inbox's memory)
 and ``finish_and_claim`` (finish + the next claim, or the release when nothing is left; a
-claim also extends the lease). While the agent runs, a ``LeaseKeeper`` thread renews the
+claim also extends the lease). While the agent runs, the process's lease keeper renews the
 lease (the agent need not call ``run.heartbeat()``, though a long step may, to stop early
 once the lease is lost). The task's own transactions run on one pinned connection: one pool
 checkout (and pre-ping) per task, not one per transaction.
@@ -35,7 +35,7 @@ from agent import Agent, LeaseLost, Run, load_agent
 from agent.claude import run_summary
 from tasks.application import app
 from tasks import faults
-from tasks.lease_keeper import LeaseKeeper
+from tasks.lease_keeper import keeper
 from tasks.doorbell import ring, ring_dispatch
 from tasks.runtime import get_store, holder_name
 from tasks.settings import settings
@@ -187,9 +187,9 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
     result: dict[str, Any] = {"events": ids}
     try:
         name = f"{inbox}@{lease.generation}"
-        with LeaseKeeper(lease.renew, settings.lease_ttl, lease.deadline, name) as keeper:
+        with keeper.holding(lease.renew, settings.lease_ttl, lease.deadline, name) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
-                      memory=memory, _heartbeat=keeper.heartbeat, _mint_grant=lease.mint_grant)
+                      memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant)
             outcome = agent(run) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"

@@ -203,3 +203,33 @@ def test_the_redis_guard_refuses_a_kombu_it_was_not_verified_against() -> None:
     for unverified in ("5.8.0", "6.0.0", "5.6.9", "garbage"):
         with pytest.raises(redis_guard.UnverifiedKombu, match=f"kombu {unverified} is installed"):
             redis_guard.check_version(unverified)
+
+
+def test_the_lease_keeper_renews_each_held_run_until_it_ends_is_refused_or_runs_out() -> None:
+    import threading
+    import time
+
+    from tasks.lease_keeper import LeaseKeeper
+
+    keeper = LeaseKeeper()
+    renewed = {"a": 0, "b": 0, "c": 0}
+    refused = threading.Event()
+
+    def renew(name: str, answer: bool = True):  # type: ignore[no-untyped-def]
+        def call() -> bool:
+            renewed[name] += 1
+            if not answer:
+                refused.set()
+            return answer
+        return call
+
+    far = time.monotonic() + 60
+    with keeper.holding(renew("a"), 0.15, far, "a"), keeper.holding(renew("b", False), 0.15, far, "b") as b, \
+            keeper.holding(renew("c"), 0.15, time.monotonic() + 0.12, "c"):
+        assert refused.wait(5)
+        time.sleep(0.5)
+        assert not b.heartbeat() and b.lost.is_set()  # refused once: lost for good
+    ended = dict(renewed)
+    time.sleep(0.3)
+    assert renewed == ended  # nothing renewed once the runs ended
+    assert ended["a"] >= 3 and ended["b"] == 1 and ended["c"] <= 2  # c passed its deadline
