@@ -16,12 +16,16 @@ from .settings import ProxySettings, SettingsError
 
 
 def _store():  # type: ignore[no-untyped-def]
-    # The runtime's settings decide the database (one source of truth with the workers and
-    # the web edge); tasks.settings imports the store only, never Celery.
-    from store import Store
-    from tasks.settings import settings
+    # The same variables as every other process (tasks/settings.py), read here so the proxy
+    # needs nothing of the Celery shell: only the database (grants, audit), no store rules.
+    import os
 
-    return Store.connect(settings.store_url, pool_size=4, **settings.store_options())
+    from store import Store
+    from store.db import embedded_url
+
+    url = os.environ.get("WAKEFUL_DATABASE_URL", "").strip() or embedded_url(
+        os.environ.get("WAKEFUL_HOME", "").strip() or "var")
+    return Store.connect(url, pool_size=4, pooler=os.environ.get("WAKEFUL_DATABASE_POOLER", "").strip())
 
 
 def check_config() -> int:

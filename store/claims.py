@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Text, Update, and_, bindparam, case, exists, or_, select, union_all, update
+from sqlalchemy import Connection, Text, Update, and_, bindparam, case, exists, or_, select, update
 
 from . import leases
 from .inbox import EVENT_COLUMNS, to_event

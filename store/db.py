@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from contextlib import contextmanager
 
 from typing import Any
@@ -55,6 +56,11 @@ IDLE_IN_TRANSACTION_MS = 15_000  # no store transaction idles for even a second 
 
 
 POOLERS = ("", "transaction")
+
+
+def embedded_url(home: str | os.PathLike[str]) -> str:
+    """The embedded default's store: a SQLite file under ``home`` (``./var`` unless told)."""
+    return f"sqlite:///{(Path(home) / 'wakeful.sqlite3').resolve()}"
 
 
 def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5, pooler: str = "") -> Engine:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from store import StoreSettings
+from store.db import embedded_url
 
 
 class SettingsError(ValueError):
@@ -167,7 +168,7 @@ class Settings:
     # --- derived values: the embedded defaults ---
     @property
     def store_url(self) -> str:
-        return self.database_url or f"sqlite:///{(self.home / 'wakeful.sqlite3').resolve()}"
+        return self.database_url or embedded_url(self.home)
 
     @property
     def broker(self) -> str:

@@ -6,52 +6,19 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 from databases import create_pg_database, drop_pg_database
-from proxy_support import Upstream
+from proxy_support import WAKEFUL, Stack, Upstream
 
 from cli.processes import Proc, Processes, free_port, wait_for
 from store import Store
 
-WAKEFUL = str(Path(sys.executable).parent / "wakeful")
 SECRET_VARS = ("WAKEFUL_TEST_SHOP_TOKEN", "WAKEFUL_TEST_ANTHROPIC_KEY", "ANTHROPIC_API_KEY")
-
-
-@dataclass
-class Stack:
-    store: Store
-    upstream: Upstream
-    proxy_url: str
-    proc: Proc
-    procs: Processes
-    shop_secret: str
-    anthropic_secret: str
-    database_url: str
-    home: Path
-
-    def lease(self, inbox: str, holder: str = "w1") -> int:
-        gen = self.store.acquire(inbox, holder)
-        assert gen is not None
-        return gen
-
-    def grant(self, inbox: str, routes: list[str], holder: str = "w1", ttl: int = 600) -> str:
-        gen = self.lease(inbox, holder)
-        token = self.store.mint_grant(inbox, holder, gen, routes, ttl)
-        assert token is not None
-        return token
-
-    def get(self, path: str, grant: str | None = None, method: str = "GET", **kwargs: object) -> httpx.Response:
-        headers = dict(kwargs.pop("headers", {}) or {})  # type: ignore[call-overload]
-        if grant is not None:
-            headers["X-Wakeful-Grant"] = grant
-        return httpx.request(method, self.proxy_url + path, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
 
 
 def routes_toml(upstream: str, closed_port: int) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 
-import httpx
 
 from agent.egress import for_run
 from store import Store

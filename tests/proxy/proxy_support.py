@@ -17,19 +17,23 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cli.processes import free_port
+from cli.processes import Proc, Processes, free_port
+from store import Store
 
 
 @dataclass
@@ -154,3 +158,36 @@ def _message(body: dict[str, Any], text: str) -> dict[str, Any]:
     return {"id": "msg_fake_1", "type": "message", "role": "assistant", "model": body.get("model", "m"),
             "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
             "usage": {"input_tokens": 3, "output_tokens": 4}}
+
+
+WAKEFUL = str(Path(sys.executable).parent / "wakeful")
+
+
+@dataclass
+class Stack:
+    store: Store
+    upstream: Upstream
+    proxy_url: str
+    proc: Proc
+    procs: Processes
+    shop_secret: str
+    anthropic_secret: str
+    database_url: str
+    home: Path
+
+    def lease(self, inbox: str, holder: str = "w1") -> int:
+        gen = self.store.acquire(inbox, holder)
+        assert gen is not None
+        return gen
+
+    def grant(self, inbox: str, routes: list[str], holder: str = "w1", ttl: int = 600) -> str:
+        gen = self.lease(inbox, holder)
+        token = self.store.mint_grant(inbox, holder, gen, routes, ttl)
+        assert token is not None
+        return token
+
+    def get(self, path: str, grant: str | None = None, method: str = "GET", **kwargs: object) -> httpx.Response:
+        headers = dict(kwargs.pop("headers", {}) or {})  # type: ignore[call-overload]
+        if grant is not None:
+            headers["X-Wakeful-Grant"] = grant
+        return httpx.request(method, self.proxy_url + path, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]

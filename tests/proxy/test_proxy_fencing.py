@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Stack
+from proxy_support import Stack
 
 from agent.egress import for_run
 from cli.processes import wait_for

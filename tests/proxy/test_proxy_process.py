@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import WAKEFUL, Stack
+from proxy_support import WAKEFUL, Stack
 
 from agent.egress import Egress, EgressError, RouteClient, using, client
 from proxy.scrub import REDACTED
