@@ -30,6 +30,12 @@ def _free_port() -> int:
 
 def test_yes_in_a_real_browser_runs_the_tool_once(make_cluster: Any, write_config: Any,
                                                    model: ScriptedModel, tool_log: Path) -> None:
+    import os
+
+    from databases import service_missing
+
+    if not os.access(CHROMIUM, os.X_OK):  # a laptop without it skips; CI (which installs it) fails
+        service_missing("Chromium", f"no {CHROMIUM} (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
     port = _free_port()
