@@ -5,7 +5,8 @@ The workers have no key at all (no ANTHROPIC_API_KEY, no route secret): each run
 bound to its lease for the model's route and its inline read tools' routes; a write's route is
 granted to its effect alone. Two canary secrets live in the proxy's environment only; after an
 allowed read, an approved write and a refused one, neither is in the database, the outbox, any
-process's log or any prompt the model was sent, while the upstreams received both.
+process's log, the broker's Redis (task results: what Flower shows) or any prompt the model was
+sent, while the upstreams received both.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def test_every_call_goes_through_the_proxy_and_no_key_leaves_it(make_cluster: An
         prompts = json.dumps(model.requests)
     everything = "\n".join([
         prompts, json.dumps([r.body for r in c.store.outbox("ada")]), c.logs(tail=10**7), proxy.text(),
+        _redis_dump(c.broker_url),  # task results and messages, what Flower would show
         subprocess.run(["pg_dump", "-h", "127.0.0.1", "-U", "postgres", c.store.engine.url.database],
                        capture_output=True, text=True, check=True).stdout])
     assert "lookup_order" in everything  # the haystack is real
@@ -122,3 +124,17 @@ def _healthy(url: str) -> bool:
         return httpx.get(url + "/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _redis_dump(url: str) -> str:
+    import redis
+
+    r = redis.Redis.from_url(url)
+    out = []
+    for key in r.scan_iter():
+        kind = r.type(key).decode()
+        value = {"string": lambda: r.get(key), "hash": lambda: r.hgetall(key), "list": lambda: r.lrange(key, 0, -1),
+                 "set": lambda: r.smembers(key), "zset": lambda: r.zrange(key, 0, -1)}.get(kind, lambda: b"")()
+        out.append(f"{key!r} {value!r}")
+    r.close()
+    return "\n".join(out)
