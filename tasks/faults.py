@@ -7,9 +7,7 @@ lines are such entries). Actions:
 - ``log``: record that the point was reached and go on (the fault tests' claim log);
 - ``block``: record it, then sleep forever (the test SIGKILLs or SIGSTOPs the process);
 - ``exit``: record it, then ``os._exit(70)`` (a process dying at that exact point);
-- ``sleep=S``: record it, sleep S seconds, go on (a stall, e.g. past the lease);
-- ``lose_reply``: record it, then raise the error a connection dropped after COMMIT raises
-  (at ``finish_reply``: the finish committed, the worker never heard, and retries).
+- ``sleep=S``: record it, sleep S seconds, go on (a stall, e.g. past the lease).
 
 With ``:n`` the action is taken the n-th time this process reaches the point; the earlier
 times are only logged. Every reach of a named point appends one JSON line (point, action,
@@ -42,11 +40,10 @@ POINTS = (
     "after_claim",            # a batch claimed and committed, the agent not yet called
     "before_finish_commit",   # the fenced finish written, its COMMIT not yet sent
     "after_finish_commit",    # the finish committed, the task not yet told
-    "finish_reply",           # the finish committed, its reply on its way (retried on a loss)
     "after_send_before_mark", # the channel accepted a message, the rows not yet marked sent
     "during_scan",            # the timer scan fired timers, its COMMIT not yet sent
 )
-ACTIONS = ("log", "block", "exit", "sleep", "lose_reply")
+ACTIONS = ("log", "block", "exit", "sleep")
 
 
 class FaultSpecError(ValueError):
@@ -104,11 +101,6 @@ def _reach(name: str, spec: tuple[str, float, int], context: dict[str, Any]) -> 
         os._exit(70)
     if action == "sleep":
         time.sleep(seconds)
-    if action == "lose_reply":
-        from sqlalchemy.exc import OperationalError
-
-        raise OperationalError("COMMIT", None, ConnectionError(
-            "server closed the connection unexpectedly (injected by WAKEFUL_FAULTS)"))
 
 
 def _announce(name: str, action: str, count: int, context: dict[str, Any]) -> None:

@@ -218,8 +218,8 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     where = {"inbox": inbox, "generation": gen, "events": ids}
     with faults.before_commit(store, "before_finish_commit", **where):
         if claim_next:
-            step = _once_more_on_disconnect(lambda: _replied(store.finish_and_claim(
-                inbox, holder, gen, ids, outcome=outcome, error=error), where))
+            step = _once_more_on_disconnect(lambda: store.finish_and_claim(
+                inbox, holder, gen, ids, outcome=outcome, error=error))
         else:
             step = RunStep(_once_more_on_disconnect(lambda: store.finish(
                 inbox, holder, gen, ids, outcome=outcome, error=error)),
@@ -255,11 +255,6 @@ def _once_more_on_disconnect(call: Callable[[], T]) -> T:
             raise
         log.warning("a store call lost its database connection (%s); retrying once", exc.orig)
         return call()
-
-
-def _replied(step: RunStep, where: dict[str, Any]) -> RunStep:
-    faults.point("finish_reply", **where)
-    return step
 
 
 def _claimed(inbox: str, generation: int, events: list[Event]) -> None:
