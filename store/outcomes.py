@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from . import approvals, memory, timers, validate
+from . import approvals, effects, memory, timers, validate
 from .records import InvalidOutcome, Message, Outcome
 from .settings import StoreSettings
 from .tables import outbox
 
 
-def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now: int) -> None:
-    """Messages into the outbox, approval requests, timers and memory writes. Raises
-    ``InvalidOutcome`` (and writes nothing, since the caller's transaction rolls back) for
-    anything the store refuses."""
+def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, generation: int, now: int) -> None:
+    """Messages into the outbox, approval requests, timers, memory writes, and the tool calls
+    with effects (committed under ``generation``; store/effects.py). Raises ``InvalidOutcome``
+    (and writes nothing, since the caller's transaction rolls back) for anything the store
+    refuses."""
     if not isinstance(outcome, Outcome):
         raise InvalidOutcome(f"a run must return an Outcome, got {type(outcome).__name__}")
     try:
         _apply(conn, s, inbox, outcome, now)
+        effects.apply(conn, s, inbox, outcome.effects, outcome.answered, generation, now)
     except InvalidOutcome:
         raise
     except (TypeError, ValueError) as exc:

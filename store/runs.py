@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from sqlalchemy import Connection, and_, bindparam, update
 from typing import Any
 
-from . import claims, counters, effects, leases, memory, outcomes, retries, runlog, validate
+from . import claims, counters, leases, memory, outcomes, retries, runlog, validate
 from .records import Event, Outcome, RunStart, RunStep
 from .settings import StoreSettings
 from .tables import events, status_is
@@ -123,8 +123,6 @@ def finish_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, g
         if not rows:
             return False, None
     if error is None:
-        outcomes.apply(conn, s, inbox, outcome or Outcome(), now)
-        effects.apply(conn, s, inbox, (outcome or Outcome()).effects, (outcome or Outcome()).answered,
-                      generation, now)  # agent kit: tool calls with effects (store/effects.py)
+        outcomes.apply(conn, s, inbox, outcome or Outcome(), generation, now)
     started = min((r.claimed_at for r in rows if r.claimed_at is not None), default=now)
     return True, runlog.entry(inbox, generation, holder, started, now, sorted(r.id for r in rows), error)
