@@ -138,3 +138,48 @@ def _redis_dump(url: str) -> str:
         out.append(f"{key!r} {value!r}")
     r.close()
     return "\n".join(out)
+
+
+def test_a_stalled_workers_calls_through_the_proxy_are_refused_after_a_takeover(
+        make_cluster: Any, tmp_path: Path, tool_log: Path) -> None:
+    """A run worker SIGSTOPped inside a model call, past its lease; another worker takes the
+    inbox over and runs; SIGCONT: the stalled worker's inline read and its next model call go
+    through the proxy with its run's grant, which died with its generation: 403 ``fenced``,
+    nothing reaches an upstream, its finish is refused."""
+    import signal
+
+    shop = Upstream().start()
+    proxy_url = f"http://127.0.0.1:{free_port()}"
+    with ScriptedModel() as model:
+        config = _config(tmp_path / "agent.toml", model.base_url, shop.url)
+        env = {**agent_env(config, "http://127.0.0.1:9/unused", tool_log), "WAKEFUL_PROXY_URL": proxy_url,
+               "ANTHROPIC_API_KEY": ""}
+        c = make_cluster(run_workers=1, env=env)
+        database_url = c.store.engine.url.render_as_string(hide_password=False)
+        procs = Processes({**c.env, "WAKEFUL_DATABASE_URL": database_url}, tmp_path / "proxy-logs")
+        procs.start("proxy", [WAKEFUL, "proxy"], extra_env={
+            "CANARY_ANTHROPIC_KEY": "sk-ant-" + secrets.token_hex(12), "CANARY_SHOP_TOKEN": secrets.token_hex(12)})
+        try:
+            wait_for(lambda: _healthy(proxy_url), 60, "the proxy's /healthz")
+            [first] = c.run_workers
+            hold = model.hold_next()
+            c.ingest("bo", "chat", "1", {"text": 'call lookup_order {"order": 9}'})
+            c.wait(lambda: len(model.requests) == 1, "the first worker's model call")
+            c.procs.kill(first, signal.SIGSTOP)  # paused inside the model call, past its lease
+            second = c.procs.worker("runs-b", ("wakeful.runs",))
+            c.procs.wait_ready(second)
+            c.wait(lambda: any("lookup_order" in r.body for r in c.store.outbox("bo")), "the second worker's reply")
+            reads_before = [p for p in shop.paths() if p.startswith("/shop/orders")]
+            model_calls_before = len(model.requests)
+            hold.set()  # the stalled worker's model reply arrives: a tool use of its own
+            c.procs.kill(first, signal.SIGCONT)
+            c.wait(lambda: "'end': 'fenced'" in first.text(), "the stalled worker's run to end fenced", timeout=60)
+        finally:
+            procs.stop_all()
+            shop.stop()
+        assert len(reads_before) == 1  # the second worker's read
+        assert [p for p in shop.paths() if p.startswith("/shop/orders")] == reads_before  # none from the first
+        assert len(model.requests) == model_calls_before  # its next model call never reached the model
+        refused = [a for a in c.store.audit("bo") if a.outcome == "fenced"]
+        assert refused and all(a.status == 403 and a.generation == 1 for a in refused)
+        assert len([r for r in c.store.runs("bo")]) == 1  # one committed finish, the second worker's
