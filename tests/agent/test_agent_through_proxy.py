@@ -15,6 +15,9 @@ import json
 import secrets
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +74,20 @@ input_schema = {SCHEMA}
     return path
 
 
-def test_every_call_goes_through_the_proxy_and_no_key_leaves_it(make_cluster: Any, tmp_path: Path,
-                                                                 tool_log: Path) -> None:
+@dataclass
+class Proxied:
+    cluster: Any
+    model: ScriptedModel
+    shop: Upstream
+    proxy: Any
+
+
+@contextmanager
+def proxied(make_cluster: Any, tmp_path: Path, tool_log: Path, anthropic_key: str,
+            shop_token: str) -> Iterator[Proxied]:
+    """A cluster whose workers have no key, a real ``wakeful proxy`` holding the two secrets,
+    the scripted model and the shop as its upstreams; the proxy and the shop stop on exit."""
     shop = Upstream().start()
-    anthropic_key, shop_token = "sk-ant-canary-" + secrets.token_hex(12), "shop-canary-" + secrets.token_hex(12)
     proxy_url = f"http://127.0.0.1:{free_port()}"
     with ScriptedModel() as model:
         config = _config(tmp_path / "agent.toml", model.base_url, shop.url)
@@ -87,30 +100,38 @@ def test_every_call_goes_through_the_proxy_and_no_key_leaves_it(make_cluster: An
             "CANARY_ANTHROPIC_KEY": anthropic_key, "CANARY_SHOP_TOKEN": shop_token})
         try:
             wait_for(lambda: _healthy(proxy_url), 60, "the proxy's /healthz")
-            # an allowed read, inline, under the run's grant; then a write asked, approved, run
-            c.ingest("ada", "chat", "1", {"text": 'call lookup_order {"order": 7}'})
-            c.wait(lambda: any("lookup_order" in r.body for r in c.store.outbox("ada")), "the read's reply")
-            c.ingest("ada", "chat", "2", {"text": 'call refund {"order": 7}\ncall refund {"order": 8}'})
-            asked = c.wait(lambda: len(Effects(c.store).view("ada")) == 2 and Effects(c.store).view("ada"),
-                           "two refunds asked")
-            yes, no = sorted(asked, key=lambda e: e.input["order"])
-            assert c.store.answer_approval("ada", yes.tool_use_id, "yes") == "yes"
-            assert c.store.answer_approval("ada", no.tool_use_id, "no") == "no"
-            c.wait(lambda: [p for p in shop.paths() if p.startswith("/shop/refunds")], "the approved refund")
-            c.wait(lambda: any("refund" in r.body and "refused" in r.body.lower() for r in c.store.outbox("ada"))
-                   or len(model.requests) >= 5, "the model told of both answers", timeout=60)
+            yield Proxied(c, model, shop, proxy)
         finally:
             procs.stop_all()
             shop.stop()
-        refunds = [r for r in shop.requests if r.path.startswith("/shop/refunds")]
-        assert len(refunds) == 1 and json.loads(refunds[0].body) == {"order": 7}  # the yes, once; never the no
-        assert all(r.headers.get("authorization") == f"Bearer {shop_token}" for r in shop.requests)
-        assert {key for path, key in model.seen} == {anthropic_key}  # the proxy put the key on every call
-        audit = c.store.audit("ada")
-        assert {a.route for a in audit} == {"anthropic", "shop"} and all(a.status < 400 for a in audit)
-        prompts = json.dumps(model.requests)
+
+
+def test_every_call_goes_through_the_proxy_and_no_key_leaves_it(make_cluster: Any, tmp_path: Path,
+                                                                 tool_log: Path) -> None:
+    anthropic_key, shop_token = "sk-ant-canary-" + secrets.token_hex(12), "shop-canary-" + secrets.token_hex(12)
+    with proxied(make_cluster, tmp_path, tool_log, anthropic_key, shop_token) as setup:
+        c, model, shop = setup.cluster, setup.model, setup.shop
+        # an allowed read, inline, under the run's grant; then a write asked, approved, run
+        c.ingest("ada", "chat", "1", {"text": 'call lookup_order {"order": 7}'})
+        c.wait(lambda: any("lookup_order" in r.body for r in c.store.outbox("ada")), "the read's reply")
+        c.ingest("ada", "chat", "2", {"text": 'call refund {"order": 7}\ncall refund {"order": 8}'})
+        asked = c.wait(lambda: len(Effects(c.store).view("ada")) == 2 and Effects(c.store).view("ada"),
+                       "two refunds asked")
+        yes, no = sorted(asked, key=lambda e: e.input["order"])
+        assert c.store.answer_approval("ada", yes.tool_use_id, "yes") == "yes"
+        assert c.store.answer_approval("ada", no.tool_use_id, "no") == "no"
+        c.wait(lambda: [p for p in shop.paths() if p.startswith("/shop/refunds")], "the approved refund")
+        c.wait(lambda: any("refund" in r.body and "refused" in r.body.lower() for r in c.store.outbox("ada"))
+               or len(model.requests) >= 5, "the model told of both answers", timeout=60)
+    refunds = [r for r in shop.requests if r.path.startswith("/shop/refunds")]
+    assert len(refunds) == 1 and json.loads(refunds[0].body) == {"order": 7}  # the yes, once; never the no
+    assert all(r.headers.get("authorization") == f"Bearer {shop_token}" for r in shop.requests)
+    assert {key for path, key in model.seen} == {anthropic_key}  # the proxy put the key on every call
+    audit = c.store.audit("ada")
+    assert {a.route for a in audit} == {"anthropic", "shop"} and all(a.status < 400 for a in audit)
     everything = "\n".join([
-        prompts, json.dumps([r.body for r in c.store.outbox("ada")]), c.logs(tail=10**7), proxy.text(),
+        json.dumps(model.requests), json.dumps([r.body for r in c.store.outbox("ada")]),
+        c.logs(tail=10**7), setup.proxy.text(),
         _redis_dump(c.broker_url),  # task results and messages, what Flower would show
         subprocess.run(["pg_dump", "-h", "127.0.0.1", "-U", "postgres", c.store.engine.url.database],
                        capture_output=True, text=True, check=True).stdout])
@@ -148,38 +169,25 @@ def test_a_stalled_workers_calls_through_the_proxy_are_refused_after_a_takeover(
     nothing reaches an upstream, its finish is refused."""
     import signal
 
-    shop = Upstream().start()
-    proxy_url = f"http://127.0.0.1:{free_port()}"
-    with ScriptedModel() as model:
-        config = _config(tmp_path / "agent.toml", model.base_url, shop.url)
-        env = {**agent_env(config, "http://127.0.0.1:9/unused", tool_log), "WAKEFUL_PROXY_URL": proxy_url,
-               "ANTHROPIC_API_KEY": ""}
-        c = make_cluster(run_workers=1, env=env)
-        database_url = c.store.engine.url.render_as_string(hide_password=False)
-        procs = Processes({**c.env, "WAKEFUL_DATABASE_URL": database_url}, tmp_path / "proxy-logs")
-        procs.start("proxy", [WAKEFUL, "proxy"], extra_env={
-            "CANARY_ANTHROPIC_KEY": "sk-ant-" + secrets.token_hex(12), "CANARY_SHOP_TOKEN": secrets.token_hex(12)})
-        try:
-            wait_for(lambda: _healthy(proxy_url), 60, "the proxy's /healthz")
-            [first] = c.run_workers
-            hold = model.hold_next()
-            c.ingest("bo", "chat", "1", {"text": 'call lookup_order {"order": 9}'})
-            c.wait(lambda: len(model.requests) == 1, "the first worker's model call")
-            c.procs.kill(first, signal.SIGSTOP)  # paused inside the model call, past its lease
-            second = c.procs.worker("runs-b", ("wakeful.runs",))
-            c.procs.wait_ready(second)
-            c.wait(lambda: any("lookup_order" in r.body for r in c.store.outbox("bo")), "the second worker's reply")
-            reads_before = [p for p in shop.paths() if p.startswith("/shop/orders")]
-            model_calls_before = len(model.requests)
-            hold.set()  # the stalled worker's model reply arrives: a tool use of its own
-            c.procs.kill(first, signal.SIGCONT)
-            c.wait(lambda: "'end': 'fenced'" in first.text(), "the stalled worker's run to end fenced", timeout=60)
-        finally:
-            procs.stop_all()
-            shop.stop()
-        assert len(reads_before) == 1  # the second worker's read
-        assert [p for p in shop.paths() if p.startswith("/shop/orders")] == reads_before  # none from the first
-        assert len(model.requests) == model_calls_before  # its next model call never reached the model
-        refused = [a for a in c.store.audit("bo") if a.outcome == "fenced"]
-        assert refused and all(a.status == 403 and a.generation == 1 for a in refused)
-        assert len([r for r in c.store.runs("bo")]) == 1  # one committed finish, the second worker's
+    with proxied(make_cluster, tmp_path, tool_log, "sk-ant-" + secrets.token_hex(12),
+                 secrets.token_hex(12)) as setup:
+        c, model, shop = setup.cluster, setup.model, setup.shop
+        [first] = c.run_workers
+        hold = model.hold_next()
+        c.ingest("bo", "chat", "1", {"text": 'call lookup_order {"order": 9}'})
+        c.wait(lambda: len(model.requests) == 1, "the first worker's model call")
+        c.procs.kill(first, signal.SIGSTOP)  # paused inside the model call, past its lease
+        second = c.procs.worker("runs-b", ("wakeful.runs",))
+        c.procs.wait_ready(second)
+        c.wait(lambda: any("lookup_order" in r.body for r in c.store.outbox("bo")), "the second worker's reply")
+        reads_before = [p for p in shop.paths() if p.startswith("/shop/orders")]
+        model_calls_before = len(model.requests)
+        hold.set()  # the stalled worker's model reply arrives: a tool use of its own
+        c.procs.kill(first, signal.SIGCONT)
+        c.wait(lambda: "'end': 'fenced'" in first.text(), "the stalled worker's run to end fenced", timeout=60)
+    assert len(reads_before) == 1  # the second worker's read
+    assert [p for p in shop.paths() if p.startswith("/shop/orders")] == reads_before  # none from the first
+    assert len(model.requests) == model_calls_before  # its next model call never reached the model
+    refused = [a for a in c.store.audit("bo") if a.outcome == "fenced"]
+    assert refused and all(a.status == 403 and a.generation == 1 for a in refused)
+    assert len(c.store.runs("bo")) == 1  # one committed finish, the second worker's
