@@ -19,45 +19,61 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection, bindparam, exists, select
 
-from . import runs
+from . import leases, runs
 from .db import NOW, dialect_insert
 from .records import RunStart
 from .settings import StoreSettings
-from .tables import events, inboxes, status_is
+from .tables import events, inboxes, memory, status_is
 
 CANDIDATES = 8  # oldest ready inboxes looked at per take: enough for takers that race
+TRIES = 3  # takes per call whose claim came back empty (its event was done meanwhile)
 
-_live_lease = exists().where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= bindparam("p_now"))
+_live_lease = exists().where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= NOW)
 _READY = (
-    select(events.c.inbox)
-    .where(status_is("pending"), events.c.not_before <= bindparam("p_now"), ~_live_lease,
+    select(events.c.inbox, events.c.id)
+    .where(status_is("pending"), events.c.not_before <= NOW, ~_live_lease,
            events.c.inbox.not_in(bindparam("p_skip", expanding=True)))
     .order_by(events.c.id)
-    .limit(bindparam("p_scan"))
+    .limit(CANDIDATES)
 )
-_FREE = (
-    select(inboxes.c.inbox)
-    .where(inboxes.c.inbox.in_(bindparam("p_names", expanding=True)), inboxes.c.lease_until < bindparam("p_now"))
+# One statement: the first free inbox among the ready ones, locked, with what the lease
+# decision needs (``leases.lock_or_create``'s columns). An inbox that has no row yet (never
+# woken) is not among them: ``take_next`` makes the rows and asks again.
+_ready = _READY.subquery("ready")
+_TAKE = (
+    select(inboxes.c.inbox, inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until,
+           NOW.label("now"), exists().where(memory.c.inbox == inboxes.c.inbox).label("has_memory"))
+    .join_from(inboxes, _ready, inboxes.c.inbox == _ready.c.inbox)
+    .where(inboxes.c.lease_until < NOW)
+    .order_by(_ready.c.id)
     .limit(1)
-    .with_for_update(skip_locked=True)
+    .with_for_update(of=inboxes, skip_locked=True)
 )
-_NOW = select(NOW)
 
 
 def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[str],
               now: int | None) -> tuple[str, RunStart] | None:
     """(inbox, its RunStart) for the oldest ready inbox nobody holds, or None when there is
     none (or every candidate is being taken by someone else right now)."""
-    now = int(conn.execute(_NOW, {"p_now": now}).scalar_one())
-    params = {"p_now": now, "p_skip": list(skip), "p_scan": CANDIDATES}
-    names = list(dict.fromkeys(conn.execute(_READY, params).scalars()))  # distinct, oldest first
+    params = {"p_now": now, "p_skip": list(skip)}
+    for _ in range(TRIES):
+        row = conn.execute(_TAKE, params).first()
+        if row is None and _make_rows(conn, params):
+            row = conn.execute(_TAKE, params).first()
+        if row is None:
+            return None
+        start = runs.start_decided(conn, s, row.inbox, holder, leases.judge(row, holder))
+        if start.events:
+            return row.inbox, start
+    return None
+
+
+def _make_rows(conn: Connection, params: dict) -> bool:
+    """Rows for ready inboxes never woken before, so they can be locked; False when none
+    is ready at all."""
+    names = list(dict.fromkeys(conn.execute(_READY, params).scalars()))
     if not names:
-        return None
-    # An inbox never woken before has no row yet: make them, so they can be locked.
+        return False
     new_rows = dialect_insert(conn.dialect.name, inboxes).on_conflict_do_nothing(index_elements=["inbox"])
     conn.execute(new_rows, [{"inbox": name} for name in names])
-    inbox = conn.execute(_FREE, {"p_names": names, "p_now": now}).scalar()
-    if inbox is None:
-        return None
-    start = runs.start(conn, s, inbox, holder, now)
-    return (inbox, start) if start.events else None
+    return True

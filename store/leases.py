@@ -76,7 +76,12 @@ def acquire(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: in
 def decide(conn: Connection, inbox: str, holder: str, now: int | None) -> Acquired:
     """Lock the inbox and decide whether ``holder`` gets the lease, and which generation;
     the caller writes it (``take``) before the transaction ends."""
-    row = lock_or_create(conn, inbox, now)
+    return judge(lock_or_create(conn, inbox, now), holder)
+
+
+def judge(row: Row, holder: str) -> Acquired:
+    """``decide`` on an inbox row this transaction has locked, read with the database's
+    ``now`` and ``has_memory`` (``lock_or_create``'s columns)."""
     now = int(row.now)
     took_over = False
     if row.holder == holder and row.lease_until >= now:

@@ -39,7 +39,11 @@ def start(conn: Connection, s: StoreSettings, inbox: str, holder: str, now: int 
     claim the lease is given up in the same transaction (a doorbell for work already done
     costs one transaction, not two): an event stored after this claim rings a doorbell that
     finds the lease free."""
-    got = leases.decide(conn, inbox, holder, now)
+    return start_decided(conn, s, inbox, holder, leases.decide(conn, inbox, holder, now))
+
+
+def start_decided(conn: Connection, s: StoreSettings, inbox: str, holder: str, got: leases.Acquired) -> RunStart:
+    """``start`` once the inbox row is locked and the lease decided."""
     if got.generation is None:
         return RunStart(None, [])
     batch = claims.take_and_claim(conn, s, inbox, holder, got.generation, got.now, got.took_over)

@@ -4,15 +4,27 @@ Ringing never raises. The event is already stored when we ring; if the broker is
 ring is lost and the sweep (``wakeful.sweep``) rings again for every inbox with work and no
 live lease. So a broker error is logged, not handed to the caller (a webhook must still get
 its fast 2xx once the event is stored).
+
+On Redis, rings are coalesced: a message is sent only when no run task is queued that has not
+started yet (a marker key, set with the message and deleted by the task as it starts). Every
+such task drains: once its own inbox is idle it takes the inbox with the oldest ready event
+straight from the database (``tasks/runs.py``, ``store/backlog.py``) until none is left, and
+each inbox it takes rings again (coalesced), so idle workers join in while a backlog lasts.
+A skipped ring is safe: its event was committed before the marker was read, so the queued
+task, which starts after that, finds it. An idle system still gets one message per ring at
+once (the latency path); a busy one gets about one per free worker (the throughput path),
+instead of a message per wake that costs the broker as much as the wake costs the store.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from tasks.application import app
 from tasks.celeryconfig import OUTBOX_QUEUE, RUNS_QUEUE
+from tasks.settings import settings
 
 log = logging.getLogger("wakeful.doorbell")
 
@@ -21,24 +33,35 @@ log = logging.getLogger("wakeful.doorbell")
 # down that alone retried for 20 s (measured) before the ring could fail.
 _RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
+# The marker: "a run task is queued and has not started". Its expiry bounds how long rings
+# are skipped on the strength of one queued message (one stuck in a worker that died, say):
+# past it the next ring sends a message of its own.
+QUEUED_MARKER = f"wakeful:{RUNS_QUEUE}:queued"
+
 
 def ring(inbox: str, expires: float | None = None, drain: bool = False) -> None:
     """Ask a worker to run ``inbox``. Never raises; the sweep covers a lost ring.
 
     ``expires`` (seconds): a ring still queued after that long is dropped unrun. The sweep
     uses it, so its rings for inboxes stuck behind busy workers never pile up beyond one
-    sweep's worth: the next sweep rings again if the work is still there.
+    sweep's worth: the next sweep rings again if the work is still there. Such rings are
+    never coalesced (a ring that may be dropped cannot stand for others).
 
     ``drain``: once ``inbox`` is idle, the task goes on with the backlog straight from the
-    database (``run_inbox``): for the sweep's rings, which stand for doorbells that were lost.
+    database. Coalesced rings always drain.
     """
-    try:
-        app.send_task("wakeful.run_inbox", args=[inbox], kwargs={"drain": True} if drain else None,
-                      queue=RUNS_QUEUE, expires=expires, ignore_result=True, retry=True,
-                      retry_policy=_RETRY)
-    except Exception as exc:
-        log.warning("doorbell for inbox %r not sent (%s: %s); the sweep will ring it",
-                    inbox, type(exc).__name__, exc)
+    marker = _marker() if expires is None else None
+    if marker is not None:
+        try:
+            if not marker.set(QUEUED_MARKER, inbox, nx=True,
+                              px=int(settings.doorbell_coalesce_seconds * 1000)):
+                return  # a queued task will drain this inbox's event
+            drain = True
+        except Exception as exc:  # Redis down: the send below fails and says so
+            log.warning("doorbell marker not set (%s: %s); ringing uncoalesced", type(exc).__name__, exc)
+            marker = None
+    if not _send(inbox, expires, drain) and marker is not None:
+        started()  # no message stands behind the marker: let the next ring try again
 
 
 def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool = False) -> int:
@@ -49,6 +72,24 @@ def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool 
     return rung
 
 
+def ring_backlog(inbox: str) -> None:
+    """From a draining task that just took ``inbox`` from the backlog: make sure another task
+    is queued to join in (coalesced: nothing is sent while one is). Without coalescing the
+    sweep's rings, one per inbox, are the other drainers, so nothing is sent."""
+    if _marker() is not None:
+        ring(inbox)
+
+
+def started() -> None:
+    """Called by a draining run task as it starts: the next ring sends a message again."""
+    marker = _marker()
+    if marker is not None:
+        try:
+            marker.delete(QUEUED_MARKER)
+        except Exception as exc:  # the marker expires anyway
+            log.debug("doorbell marker not cleared (%s)", exc)
+
+
 def ring_dispatch(inbox: str) -> None:
     """Ask for ``inbox``'s held messages to be sent now (the gap still applies)."""
     try:
@@ -57,3 +98,38 @@ def ring_dispatch(inbox: str) -> None:
     except Exception as exc:
         log.warning("dispatch for inbox %r not sent (%s: %s); the next tick sends it",
                     inbox, type(exc).__name__, exc)
+
+
+def _send(inbox: str, expires: float | None, drain: bool) -> bool:
+    try:
+        app.send_task("wakeful.run_inbox", args=[inbox], kwargs={"drain": True} if drain else None,
+                      queue=RUNS_QUEUE, expires=expires, ignore_result=True, retry=True,
+                      retry_policy=_RETRY)
+        return True
+    except Exception as exc:
+        log.warning("doorbell for inbox %r not sent (%s: %s); the sweep will ring it",
+                    inbox, type(exc).__name__, exc)
+        return False
+
+
+_client: Any = None
+
+
+def _marker() -> Any:
+    """The broker's Redis (redis-py resets its pool in a forked child), or None: the embedded
+    broker and other transports send one message per ring, and so does a runtime that does
+    not drain (only draining tasks make a skipped ring safe)."""
+    global _client
+    if _client is None:
+        url = settings.broker
+        coalesce = settings.doorbell_coalesce_seconds > 0 and settings.drain_seconds > 0
+        if not coalesce or not url.startswith(("redis://", "rediss://", "redis+socket://")):
+            _client = False
+        else:
+            import redis
+
+            if url.startswith("redis+socket://"):
+                url = "unix://" + url[len("redis+socket://"):]
+            _client = redis.Redis.from_url(url, socket_timeout=settings.redis_socket_timeout,
+                                           socket_connect_timeout=5)
+    return _client or None

@@ -34,9 +34,8 @@ from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunSte
 from agent import Agent, LeaseLost, Run, load_agent
 from agent.claude import run_summary
 from tasks.application import app
-from tasks import faults
+from tasks import doorbell, faults
 from tasks.lease_keeper import keeper
-from tasks.doorbell import ring, ring_dispatch
 from tasks.runtime import get_store, holder_name
 from tasks.settings import settings
 
@@ -86,6 +85,8 @@ def run_inbox(self, inbox: Any = None, drain: bool = False) -> dict[str, Any]:
     agent = get_agent()  # a broken WAKEFUL_AGENT fails here, before any event is claimed
     deadline = time.monotonic() + settings.run_time_limit
     holder = holder_name(self.request.id)
+    if drain:
+        doorbell.started()  # from here on a ring queues a new task: this one may not reach it
     with store.pinned():
         summary = _run_inbox(store, agent, inbox, holder, deadline)
         if drain and summary.get("inbox") is not None:
@@ -108,21 +109,25 @@ def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: fl
 
 def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
                    skip: list[str]) -> dict[str, Any]:
-    """For a sweep's ring (``drain``: it stands for doorbells that were lost): once its own
-    inbox is idle, the task takes the inbox with the oldest ready event and no live lease
-    straight from the database (store/backlog.py), for up to ``WAKEFUL_DRAIN_SECONDS``, so a
-    flushed broker's backlog drains at the workers' rate, not the sweep's. Ordinary doorbells
-    do not drain: with every doorbell there, taking inboxes from under them only adds work
-    (measured: the 1-event drain at 0.33x procrastinate with it, against 0.6-0.7x without).
-    An inbox this task handed back is not taken again by it."""
+    """For a draining ring (a coalesced one, which stands for the rings skipped while it was
+    queued, or a sweep's, which stands for lost ones): once its own inbox is idle, the task
+    takes the inbox with the oldest ready event and no live lease straight from the database
+    (store/backlog.py) until none is left, for up to ``WAKEFUL_DRAIN_SECONDS``; past that it
+    rings again so another task goes on. Each inbox taken rings (coalesced) so that a free
+    worker joins in. An inbox this task handed back is not taken again by it."""
     served: list[str] = []
     until = min(time.monotonic() + settings.drain_seconds, deadline - settings.run_time_limit / 2)
-    while time.monotonic() < until:
+    while True:
+        if time.monotonic() >= until:
+            if served:
+                doorbell.ring_backlog(served[-1])  # the backlog may not be empty: hand it on
+            break
         got = store.start_next_run(holder, skip=skip)
         if got is None:
             break
         inbox, start = got
         served.append(inbox)
+        doorbell.ring_backlog(inbox)
         if _serve(HeldLease(store, inbox, holder, start.generation, deadline), agent, start)["end"] == "handed back":
             skip.append(inbox)
     return {"inboxes": len(served), "first": served[:20]}
@@ -139,7 +144,7 @@ def _serve(lease: HeldLease, agent: Agent, start: RunStart) -> dict[str, Any]:
         summary["end"] = _loop(lease, agent, start.events, start.memory, runs)
     finally:
         if any(r.get("messages") for r in runs):
-            ring_dispatch(inbox)  # the first message after a quiet spell goes out now
+            doorbell.ring_dispatch(inbox)  # the first message after a quiet spell goes out now
         if any(r.get("effects") for r in runs):
             from tasks.effects import ring_effects
 
@@ -269,5 +274,5 @@ def _hand_back(lease: HeldLease) -> str:
         return "released"  # nothing left anyway
     if not store.release(inbox, holder, gen, force=True):
         return "fenced"
-    ring(inbox)  # to the back of the queue: other inboxes get a worker first
+    doorbell.ring(inbox)  # to the back of the queue: other inboxes get a worker first
     return "handed back"

@@ -78,10 +78,15 @@ class Settings:
     # Agent runs one task may do before it hands the inbox back and re-rings, so one busy
     # inbox cannot hold a worker forever.
     max_runs_per_task: int = 10
-    # Seconds a task rung by the sweep keeps taking the next ready inbox straight from the
-    # database once its own is idle (its ring stands for lost doorbells: a flushed broker's
-    # backlog drains at the workers' rate, not the sweep's). 0 turns it off.
+    # Seconds a draining run task keeps taking the next ready inbox straight from the
+    # database once its own is idle (tasks/doorbell.py: coalesced rings and the sweep's rings
+    # drain); past it the task rings again and ends, so no task holds a worker for good.
+    # 0 turns draining off, and with it coalescing: one message per ring.
     drain_seconds: float = 30.0
+    # Redis broker: a ring sends no message while a run task is queued that has not started
+    # yet; this is the longest such a marker is trusted (tasks/doorbell.py). 0: every ring
+    # sends a message.
+    doorbell_coalesce_seconds: float = 5.0
     # Soft time limit of one run_inbox task (SoftTimeLimitExceeded fails the current run, with
     # backoff); the hard limit is 30 s later. Agent runs are meant to be short.
     run_time_limit: int = 600
