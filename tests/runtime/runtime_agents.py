@@ -8,3 +8,10 @@ from agent import Run
 def invalid_outcome(run: Run) -> object:
     """Returns something that is not an Outcome: the store must refuse it whole."""
     return "not an outcome"
+
+
+def slow(run: Run) -> None:
+    """Half a second per run, silent: long enough that a backlog outlasts one worker."""
+    import time
+
+    time.sleep(0.5)
