@@ -91,16 +91,24 @@ def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5, pooler: str =
             connect_args["prepare_threshold"] = None
         else:
             connect_args["options"] = " ".join(f"-c {k}={v}" for k, v in timeouts.items())
-        engine = create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True,
-                               pool_recycle=1800, connect_args=connect_args)
         if pooler == "transaction":
-            set_local = "; ".join(f"SET LOCAL {k} = {v}" for k, v in timeouts.items())
+            # The driver in autocommit mode sends no BEGIN of its own; the "begin" hook below
+            # sends BEGIN and the SET LOCALs as one simple query: one round trip through the
+            # pooler, not two. COMMIT and ROLLBACK are sent as usual (psycopg sends them
+            # whenever the server says a transaction is open, autocommit or not).
+            isolation = {"isolation_level": "AUTOCOMMIT"}
+        else:
+            isolation = {}
+        engine = create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True,
+                               pool_recycle=1800, connect_args=connect_args, **isolation)
+        if pooler == "transaction":
+            begin = "; ".join(["BEGIN"] + [f"SET LOCAL {k} = {v}" for k, v in timeouts.items()])
 
             @event.listens_for(engine, "begin")
-            def _timeouts(conn):  # type: ignore[no-untyped-def]
-                # An autocommit statement (an ingest) is a transaction of its own: nothing to set.
+            def _begin_with_timeouts(conn):  # type: ignore[no-untyped-def]
+                # An autocommit statement (an ingest) is a transaction of its own: no BEGIN.
                 if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
-                    conn.exec_driver_sql(set_local)
+                    conn.exec_driver_sql(begin)
 
         return engine
     raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: "

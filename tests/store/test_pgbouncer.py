@@ -59,6 +59,17 @@ def test_the_store_runs_through_pgbouncer_in_transaction_mode(pg_url: str, bounc
         with store._transaction() as conn:  # the timeouts hold inside every transaction
             assert conn.execute(text("SHOW lock_timeout")).scalar() == "5s"
             assert conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar() == "15s"
+            # ... and it is one transaction (BEGIN is ours, the driver is in autocommit mode)
+            xact = conn.execute(text("SELECT pg_current_xact_id()")).scalar()
+            assert conn.execute(text("SELECT pg_current_xact_id()")).scalar() == xact
+        try:
+            with store._transaction() as conn:
+                conn.execute(text("UPDATE inboxes SET last_sent = 12345 WHERE inbox = 'inbox-0'"))
+                raise RuntimeError("abandon the transaction")
+        except RuntimeError:
+            pass
+        with store._transaction() as conn:  # rolled back whole
+            assert conn.execute(text("SELECT last_sent FROM inboxes WHERE inbox = 'inbox-0'")).scalar() != 12345
     finally:
         store.dispose()
 
