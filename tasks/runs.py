@@ -229,8 +229,8 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
             step = RunStep(_once_more_on_disconnect(lambda: store.finish(
                 inbox, holder, gen, ids, outcome=outcome, error=error)),
                 events=[], released=False)
+    _claimed(inbox, gen, step.events)  # committed: logged before anything may stop this process
     faults.point("after_finish_commit", finished=step.finished, **where)
-    _claimed(inbox, gen, step.events)
     if claim_next:
         fenced = not step.finished and not step.released and not step.events
     else:
