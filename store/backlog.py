@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Connection, bindparam, exists, select
+from sqlalchemy import Connection, Select, bindparam, exists, select
 
-from . import leases, runs
+from . import leases, plans, runs
 from .db import NOW, dialect_insert
 from .records import RunStart
 from .settings import StoreSettings
@@ -29,26 +29,35 @@ CANDIDATES = 8  # oldest ready inboxes looked at per take: enough for takers tha
 TRIES = 3  # takes per call whose claim came back empty (its event was done meanwhile)
 
 _live_lease = exists().where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= NOW)
-_READY = (
-    select(events.c.inbox, events.c.id)
-    .where(status_is("pending"), events.c.not_before <= NOW, ~_live_lease,
-           events.c.inbox.not_in(bindparam("p_skip", expanding=True)))
-    .order_by(events.c.id)
-    .limit(CANDIDATES)
-)
-# One statement: the first free inbox among the ready ones, locked, with what the lease
-# decision needs (``leases.lock_or_create``'s columns). An inbox that has no row yet (never
-# woken) is not among them: ``take_next`` makes the rows and asks again.
-_ready = _READY.subquery("ready")
-_TAKE = (
-    select(inboxes.c.inbox, inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until,
-           NOW.label("now"), exists().where(memory.c.inbox == inboxes.c.inbox).label("has_memory"))
-    .join_from(inboxes, _ready, inboxes.c.inbox == _ready.c.inbox)
-    .where(inboxes.c.lease_until < NOW)
-    .order_by(_ready.c.id)
-    .limit(1)
-    .with_for_update(of=inboxes, skip_locked=True)
-)
+
+
+def _ready(skipping: bool) -> Select:
+    """The oldest ready events of inboxes with no live lease (and not in ``p_skip``)."""
+    where = [status_is("pending"), events.c.not_before <= NOW, ~_live_lease]
+    if skipping:
+        where.append(events.c.inbox.not_in(bindparam("p_skip", expanding=True)))
+    return select(events.c.inbox, events.c.id).where(*where).order_by(events.c.id).limit(CANDIDATES)
+
+
+def _take(skipping: bool) -> Select:
+    """One statement: the first free inbox among the ready ones, locked, with what the lease
+    decision needs (``leases.lock_or_create``'s columns). An inbox that has no row yet (never
+    woken) is not among them: ``take_next`` makes the rows and asks again."""
+    ready = _ready(skipping).subquery("ready")
+    return (
+        select(inboxes.c.inbox, inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until,
+               NOW.label("now"), exists().where(memory.c.inbox == inboxes.c.inbox).label("has_memory"))
+        .join_from(inboxes, ready, inboxes.c.inbox == ready.c.inbox)
+        .where(inboxes.c.lease_until < NOW)
+        .order_by(ready.c.id)
+        .limit(1)
+        .with_for_update(of=inboxes, skip_locked=True)
+    )
+
+
+_READY = _ready(skipping=True)
+_TAKE = plans.cached(_take(skipping=False))  # a task's usual take: nothing to skip
+_TAKE_SKIPPING = _take(skipping=True)  # after the task handed an inbox back
 
 
 def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[str],
@@ -56,10 +65,11 @@ def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[st
     """(inbox, its RunStart) for the oldest ready inbox nobody holds, or None when there is
     none (or every candidate is being taken by someone else right now)."""
     params = {"p_now": now, "p_skip": list(skip)}
+    take = _TAKE_SKIPPING if params["p_skip"] else _TAKE
     for _ in range(TRIES):
-        row = conn.execute(_TAKE, params).first()
+        row = plans.execute(conn, take, params).first()
         if row is None and _make_rows(conn, params):
-            row = conn.execute(_TAKE, params).first()
+            row = plans.execute(conn, take, params).first()
         if row is None:
             return None
         start = runs.start_decided(conn, s, row.inbox, holder, leases.judge(row, holder))

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Text, Update, and_, bindparam, case, exists, or_, select, union_all, update
+from sqlalchemy import BigInteger, Connection, Integer, Text, Update, and_, bindparam, case, exists, or_, select, union_all, update
 
-from . import leases
+from . import leases, plans
 from .inbox import EVENT_COLUMNS, to_event
 from .records import Event
 from .settings import StoreSettings
@@ -48,7 +48,7 @@ def take_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, 
 
 def _claim(conn: Connection, statement: Update, s: StoreSettings, inbox: str, generation: int,
            now: int, params: dict[str, Any]) -> list[Event]:
-    rows = conn.execute(statement, {
+    rows = plans.execute(conn, statement, {
         **params, "p_inbox": inbox, "p_gen": generation, "p_now": now, "p_limit": s.batch_limit,
         "p_max": s.max_attempts,
         "p_cap_error": f"too many attempts: claimed {s.max_attempts} times without a finish",
@@ -69,7 +69,9 @@ def _rules(e, gen, now):  # type: ignore[no-untyped-def]
 
 
 def _claim_statement() -> Update:
-    inbox, gen, now = bindparam("p_inbox"), bindparam("p_gen"), bindparam("p_now")
+    # Typed, so the statement can also be compiled into a function (store/plans.py).
+    inbox = bindparam("p_inbox", type_=events.c.inbox.type)
+    gen, now = bindparam("p_gen", type_=BigInteger()), bindparam("p_now", type_=BigInteger())
     # The batch is chosen from an alias, so no subquery correlates with the row being updated.
     c = events.alias("candidate")
     _, _, ready = _rules(c, gen, now)
@@ -77,7 +79,7 @@ def _claim_statement() -> Update:
     tried = and_(ready, c.c.attempts > 0)
     retry = select(c.c.id).where(tried).order_by(c.c.id).limit(1).subquery("retry")
     fresh = (select(c.c.id).where(ready, c.c.attempts == 0, ~exists().where(tried))
-             .order_by(c.c.id).limit(bindparam("p_limit")).subquery("fresh"))
+             .order_by(c.c.id).limit(bindparam("p_limit", type_=Integer())).subquery("fresh"))
     # The chosen ids, computed once (a CTE named four times below is materialized once):
     # spelled out in each CASE the statement was 7 KB, past the 4 KB up to which psycopg
     # caches a query's conversion, and re-parsing it cost ~1 ms of CPU on every wake.
@@ -116,5 +118,5 @@ def held(conn: Connection, inbox: str, generation: int) -> list[Event]:
     return [to_event(r) for r in conn.execute(_HELD, {"p_inbox": inbox, "p_gen": generation})]
 
 
-CLAIM = _claim_statement()  # built once: see store.db.NOW
-TAKE_AND_CLAIM = CLAIM.add_cte(leases.TAKE.returning(inboxes.c.inbox).cte("take_lease"))
+CLAIM = plans.cached(_claim_statement())  # built once: see store.db.NOW
+TAKE_AND_CLAIM = plans.cached(CLAIM.add_cte(leases.TAKE.returning(inboxes.c.inbox).cte("take_lease")))

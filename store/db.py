@@ -102,6 +102,9 @@ def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5, pooler: str =
         engine = create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True,
                                pool_recycle=1800, connect_args=connect_args, **isolation)
         if pooler == "transaction":
+            from . import plans
+
+            plans.use_functions(engine)  # plans cached in functions, not prepared statements
             begin = "; ".join(["BEGIN"] + [f"SET LOCAL {k} = {v}" for k, v in timeouts.items()])
 
             @event.listens_for(engine, "begin")

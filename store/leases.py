@@ -13,14 +13,15 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Insert, Row, Update, and_, bindparam, case, exists, or_, select, update
+from sqlalchemy import BigInteger, Connection, Insert, Row, Update, and_, bindparam, case, exists, or_, select, update
 
+from . import plans
 from .db import NOW, dialect_insert
 from .settings import StoreSettings
 from .tables import events, inboxes, memory, status_is
 
 
-_LOCK = (
+_LOCK = plans.cached(
     select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
            NOW.label("now"))
     .where(inboxes.c.inbox == bindparam("p_inbox"))
@@ -35,7 +36,7 @@ def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
     row while this one waited for the lock, PostgreSQL re-reads the row, and the clock, before
     returning it; a clock read before an uneventful wait errs on the side of the lease's
     existing state, never towards a takeover."""
-    return conn.execute(_LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
+    return plans.execute(conn, _LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
 
 
 @functools.cache
@@ -53,9 +54,12 @@ def _lock_or_create(dialect: str) -> Insert:
     )
 
 
+plans.cached(_lock_or_create("postgresql"))
+
+
 def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
     """``lock``, creating the row first for an inbox never woken before: one statement."""
-    return conn.execute(_lock_or_create(conn.dialect.name), {"p_inbox": inbox, "p_now": now}).one()
+    return plans.execute(conn, _lock_or_create(conn.dialect.name), {"p_inbox": inbox, "p_now": now}).one()
 
 
 class Acquired(NamedTuple):
@@ -154,7 +158,7 @@ def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
 
     ``statement``: ``RESIGN_OR_EXTEND`` with more in front of it (a data-modifying CTE, and
     its ``params``), so a caller's last write rides in the same round trip."""
-    holder = conn.execute(RESIGN_OR_EXTEND if statement is None else statement,
+    holder = plans.execute(conn, RESIGN_OR_EXTEND if statement is None else statement,
                           {**(params or {}), "p_inbox": inbox, "p_now": now,
                            "p_until": now + s.lease_ttl}).scalar_one()
     return holder is None
@@ -180,11 +184,11 @@ def _resign_or_extend() -> Update:
         update(inboxes)
         .where(inboxes.c.inbox == bindparam("p_inbox"))
         .values(holder=case((idle, None), else_=inboxes.c.holder),
-                lease_until=case((idle, 0), else_=bindparam("p_until")))
+                lease_until=case((idle, 0), else_=bindparam("p_until", type_=BigInteger())))
         # The holder itself, tested in Python: SQLite 3.40 returns 0 for "RETURNING holder
         # IS NULL" on a row this UPDATE set to NULL (found by the store tests).
         .returning(inboxes.c.holder)
     )
 
 
-RESIGN_OR_EXTEND = _resign_or_extend()
+RESIGN_OR_EXTEND = plans.cached(_resign_or_extend())

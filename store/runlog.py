@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import bindparam
 
-from . import leases
+from . import leases, plans
 from .tables import runs
 
 LOG_RUN = runs.insert().values(
@@ -15,7 +15,7 @@ LOG_RUN = runs.insert().values(
     event_ids=bindparam("p_event_ids"), error=bindparam("p_error"))
 
 # On PostgreSQL the run's log row rides in the statement that resigns or extends the lease.
-LOG_AND_RESIGN_OR_EXTEND = leases.RESIGN_OR_EXTEND.add_cte(LOG_RUN.returning(runs.c.id).cte("run_log"))
+LOG_AND_RESIGN_OR_EXTEND = plans.cached(leases.RESIGN_OR_EXTEND.add_cte(LOG_RUN.returning(runs.c.id).cte("run_log")))
 
 
 def entry(inbox: str, generation: int, holder: str, started: int, now: int, event_ids: list[int],

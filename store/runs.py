@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Connection, and_, bindparam, update
 from typing import Any
 
-from . import claims, counters, leases, memory, outcomes, retries, runlog, validate
+from sqlalchemy import BigInteger, Connection, Update, and_, any_, bindparam, update
+from sqlalchemy.dialects.postgresql import ARRAY
+
+from . import claims, counters, leases, memory, outcomes, plans, retries, runlog, validate
 from .records import Event, Outcome, RunStart, RunStep
 from .settings import StoreSettings
 from .tables import events, status_is
@@ -100,10 +102,24 @@ def _log_and_resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now:
     return leases.resign_if_idle(conn, s, inbox, now)
 
 
-_MINE = and_(events.c.id.in_(bindparam("p_ids", expanding=True)), events.c.inbox == bindparam("p_inbox"),
-             status_is("running"), events.c.claim_gen == bindparam("p_gen"))
-_DONE = (update(events).where(_MINE).values(status="done", finished=bindparam("p_now"), error=None)
-         .returning(events.c.id, events.c.claimed_at))
+def _mine(ids: Any) -> Any:  # type: ignore[no-untyped-def]
+    return and_(ids, events.c.inbox == bindparam("p_inbox", type_=events.c.inbox.type),
+                status_is("running"), events.c.claim_gen == bindparam("p_gen", type_=BigInteger()))
+
+
+_MINE = _mine(events.c.id.in_(bindparam("p_ids", expanding=True)))
+
+
+def _done(mine: Any) -> Update:  # type: ignore[no-untyped-def]
+    return (update(events).where(mine)
+            .values(status="done", finished=bindparam("p_now", type_=BigInteger()), error=None)
+            .returning(events.c.id, events.c.claimed_at))
+
+
+# The id list as an array on PostgreSQL: one statement text for any number of ids, so it
+# can run as a plan-cached function behind a pooler (store/plans.py).
+_DONE = {"sqlite": _done(_MINE),
+         "postgresql": plans.cached(_done(_mine(events.c.id == any_(bindparam("p_ids", type_=ARRAY(BigInteger()))))))}
 
 
 def finish_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
@@ -120,7 +136,7 @@ def finish_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, g
     if ids:
         mine = {"p_ids": ids, "p_inbox": inbox, "p_gen": generation, "p_now": now}
         if error is None:
-            rows = conn.execute(_DONE, mine).all()
+            rows = plans.execute(conn, _DONE[conn.dialect.name], mine).all()
         else:
             failed = update(events).where(_MINE).values(**retries.failed_values(s, error, now))
             rows = conn.execute(failed.returning(events.c.id, events.c.claimed_at), mine).all()

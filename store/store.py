@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
+from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, plans, runs, timers, validate
 from . import counters as counter_rules
 from . import grants as grant_rules
 from . import hook_secrets as hook_secret_rules
 from . import memory as memory_rules
 from . import errors
-from .db import clock, create, lock_timed_out, transaction
+from .db import clock, create, is_postgres, lock_timed_out, transaction
 from .records import (
     Approval,
     Event,
@@ -68,6 +68,9 @@ class Store:
         from .migrate import upgrade
 
         upgrade(self.engine)
+        if is_postgres(self.engine):
+            with self._transaction() as conn:
+                plans.install(conn)  # the hot statements' plan-cached functions (store/plans.py)
 
     def dispose(self) -> None:
         self.engine.dispose()

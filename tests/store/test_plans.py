@@ -1,0 +1,94 @@
+"""The hot statements as plan-cached functions (store/plans.py), for PostgreSQL behind a
+transaction pooler: generated from the SQLAlchemy statements, created by ``migrate``, used
+by an engine with ``pooler="transaction"``; a missing one falls back to the plain statement.
+(These run direct to PostgreSQL: the pooler setting is what switches them on, and
+test_pgbouncer.py runs the same store calls through a real PgBouncer.)"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from sqlalchemy import event, text
+
+from store import Outcome, Store, plans
+
+pytestmark = pytest.mark.postgres
+T = 1_000_000
+
+
+def _statements(store: Store) -> list[str]:
+    seen: list[str] = []
+    event.listen(store.engine, "before_cursor_execute",
+                 lambda conn, cursor, statement, *args: seen.append(statement))
+    return seen
+
+
+def _a_day_of_wakes(store: Store) -> list[tuple]:
+    """Wakes through every registered statement's path, and what each call answered."""
+    answers: list[tuple] = []
+    store.ingest_many([(f"in-{n}", "chat", f"m-{n}", {"n": n, "nested": {"list": [1, 2]}}) for n in range(6)], now=T)
+    got = store.start_next_run("W", now=T + 1)  # the take, leased and claimed
+    assert got is not None
+    inbox, start = got
+    answers.append((inbox, start.generation, [(e.source_id, e.payload, e.attempts) for e in start.events]))
+    step = store.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events],
+                                  Outcome(memory={"k": "v"}), now=T + 2)
+    answers.append((step.finished, step.released, step.events))
+    start = store.start_run("in-1", "W", now=T + 3)  # a doorbell's start: lock_or_create
+    answers.append((start.generation, [e.source_id for e in start.events]))
+    answers.append(store.finish("in-1", "W", start.generation, [e.id for e in start.events], Outcome(), now=T + 4))
+    answers.append(store.renew("in-1", "W", start.generation, now=T + 4))
+    answers.append(store.release("in-1", "W", start.generation, now=T + 4))
+    skipped = store.start_next_run("W", skip=["in-2"], now=T + 5)  # the skipping take: plain
+    answers.append(skipped[0] if skipped else None)
+    answers.append([(r.inbox, r.generation, r.outcome, list(r.event_ids)) for i in range(6) for r in store.runs(f"in-{i}")])
+    return answers
+
+
+def test_behind_a_pooler_the_hot_statements_run_as_functions_and_answer_alike(pg_url: str) -> None:
+    plain = Store.connect(pg_url)
+    pooled = Store.connect(pg_url, pooler="transaction")
+    try:
+        seen = _statements(pooled)
+        first = _a_day_of_wakes(pooled)
+        calls = [s for s in seen if "wakeful_plan_" in s]
+        assert len(calls) >= 8  # take, claim, finish, lock, resign-or-extend, lock_or_create ...
+        assert not any(s.lstrip().startswith("WITH picked") for s in seen)  # the claim ran inside
+        # The same calls through the plain statements, on the same data from the start:
+        with plain._transaction() as conn:
+            conn.execute(text("TRUNCATE events, inboxes, runs, memory RESTART IDENTITY"))
+        assert _a_day_of_wakes(plain) == first
+    finally:
+        plain.dispose()
+        pooled.dispose()
+
+
+def test_a_missing_function_falls_back_to_the_plain_statement(pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    from store import claims
+
+    name = plans._plans[id(claims.TAKE_AND_CLAIM)].name
+    admin = Store.connect(pg_url)
+    with admin._transaction() as conn:
+        conn.execute(text(f"DROP FUNCTION {name}"))
+    pooled = Store.connect(pg_url, pooler="transaction")
+    try:
+        seen = _statements(pooled)
+        with caplog.at_level(logging.WARNING, logger="wakeful.store"):
+            answers = _a_day_of_wakes(pooled)
+        assert answers[0][2] and answers[1][0]  # claimed and finished all the same
+        assert any(s.lstrip().startswith("WITH picked") for s in seen)  # the plain claim
+        assert any(name in r.getMessage() and "wakeful init" in r.getMessage() for r in caplog.records)
+        admin.migrate()  # init again: the function is back (idempotent for the others)
+        with admin.engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM pg_proc WHERE proname = :n"), {"n": name}).scalar() == 1
+    finally:
+        admin.dispose()
+        pooled.dispose()
+
+
+def test_every_registered_statement_compiles_into_a_function() -> None:
+    assert len(plans._plans) >= 8
+    for plan in plans._plans.values():
+        assert plan.create.startswith(f"CREATE OR REPLACE FUNCTION {plan.name}(")
+        assert "%(" not in plan.create and plan.call.count("%(") == len(plan.params)
