@@ -42,6 +42,7 @@ POINTS = (
     "after_finish_commit",    # the finish committed, the task not yet told
     "after_send_before_mark", # the channel accepted a message, the rows not yet marked sent
     "during_scan",            # the timer scan fired timers, its COMMIT not yet sent
+    "before_ingest_commit",   # a batch of ingest messages written, its COMMIT not yet sent
 )
 ACTIONS = ("log", "block", "exit", "sleep")
 

@@ -170,9 +170,12 @@ def _signature(task: Task) -> tuple[inspect.Signature, dict[str, tuple[type, ...
     ``int | None``), the types a value may have. ``Any`` and the like are not checked here:
     the task checks those itself."""
     if task.name not in _signatures:
-        signature = inspect.signature(task.run)
+        # A batch task's run() takes the list of requests; what one message carries is
+        # declared as ``accepts`` (tasks/batches.py).
+        accepts = getattr(task, "accepts", None) or task.run
+        signature = inspect.signature(accepts)
         try:
-            annotations = typing.get_type_hints(task.run)
+            annotations = typing.get_type_hints(accepts)
         except Exception:  # noqa: BLE001 - an annotation we cannot resolve is not checked
             annotations = {}
         hints = {}

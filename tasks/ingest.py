@@ -3,59 +3,157 @@
 Callers need nothing from wakeful: ``Celery(broker=...).send_task("wakeful.ingest",
 kwargs={"inbox": ..., "source": ..., "source_id": ..., "payload": {...}})`` lands on the
 default queue. Invalid input is never lost in a worker log: it is recorded in the store's
-rejected-input table and the result says why.
+rejected-input table, and a caller that asked for a result (``ignore_result=False``) gets
+``{"stored": True}``, ``{"stored": False, "duplicate": True}`` or ``{"stored": False,
+"rejected": "<why>"}``.
+
+The worker takes these messages in batches (tasks/batches.py): every message waiting when a
+pool process is free goes into one ``Store.ingest_many`` (one transaction) and one doorbell
+per inbox with a new event. Each message is acked once its event is committed. A bad message
+is refused alone: the others in its batch are stored. A database that cannot be reached is
+tried again a few times, then the batch's messages are sent again with a countdown (as
+Celery's own retry would), so an outage never loses an event.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
+import time
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store import InvalidEvent
 
+from tasks import faults
 from tasks.application import app
-from tasks.doorbell import ring
+from tasks.batches import GuardedBatches
+from tasks.doorbell import ring_many
 from tasks.runtime import get_store
 
 log = logging.getLogger("wakeful.ingest")
 
 EXCERPT_CHARS = 1000
+# A database that cannot be reached: tried again after these pauses (seconds) within the
+# batch, then the messages go back to the broker for later (the countdown, growing with
+# each hand-back up to the last value). Timers never ride on an eta: this is only minutes.
+_PAUSES = (0.2, 1.0, 3.0)
+_COUNTDOWNS = (5, 15, 60)
+_HANDED_BACK = "wakeful_ingest_handed_back"  # header: how often a message was sent back
 
-# The message is the only copy of the event until it is stored: a database outage is
-# retried (short, growing countdowns; timers never ride on eta) instead of dropping it.
-_DB_RETRY = {"autoretry_for": (DBAPIError,), "retry_backoff": 1, "retry_backoff_max": 60,
-             "retry_jitter": True, "max_retries": 12}
+
+def accepts(inbox: Any = None, source: Any = None, source_id: Any = None, payload: Any = None,
+            *unexpected_args: Any, **unexpected: Any) -> None:
+    """What one ``wakeful.ingest`` message carries (the guard checks messages against it)."""
 
 
-@app.task(name="wakeful.ingest", **_DB_RETRY)
-def ingest(inbox: Any = None, source: Any = None, source_id: Any = None, payload: Any = None,
-           *unexpected_args: Any, **unexpected: Any) -> dict[str, Any]:
-    """Store an event once; a new one rings its inbox's doorbell.
-
-    Returns ``{"stored": True}``, ``{"stored": False, "duplicate": True}``, or
-    ``{"stored": False, "rejected": "<why>"}``.
-    """
+@app.task(name="wakeful.ingest", base=GuardedBatches, accepts=staticmethod(accepts))
+def ingest(requests: list[Any]) -> dict[str, int]:
+    """Store a batch of events once each; new ones ring their inboxes' doorbells."""
     store = get_store()
+    results: dict[int, dict[str, Any]] = {}
+    items: list[tuple[int, tuple[Any, ...]]] = []
+    for n, request in enumerate(requests):
+        fields, reason = _fields(request.args, request.kwargs)
+        if reason is not None:
+            results[n] = _refuse(store, reason, fields)
+        else:
+            items.append((n, tuple(fields[k] for k in _KEYS)))
     try:
-        if unexpected_args or unexpected:
-            extra = sorted(unexpected) or [f"{len(unexpected_args)} extra positional argument(s)"]
-            raise InvalidEvent("unexpected arguments: " + ", ".join(extra)
-                               + " (expected inbox, source, source_id, payload)")
-        stored = store.ingest(inbox, source, source_id, payload)
-    except InvalidEvent as exc:
-        reason = str(exc)
-        store.record_rejection("task:wakeful.ingest", reason, inbox=inbox, source=source,
-                               source_id=source_id, excerpt=_excerpt(payload, unexpected))
-        log.warning("ingest rejected: %s (inbox=%r source=%r source_id=%r)", reason,
-                    _short(inbox), _short(source), _short(source_id))
-        return {"stored": False, "rejected": reason}
-    if stored:
-        ring(inbox)
-        return {"stored": True}
-    return {"stored": False, "duplicate": True}
+        stored = _store(store, items, results)
+    except OperationalError as exc:
+        _hand_back([requests[n] for n, _ in items], exc)
+        return {"messages": len(requests), "handed_back": len(items)}
+    ring_many(item[0] for (_, item), new in zip(items, stored) if new)
+    for (n, _), new in zip(items, stored):
+        results.setdefault(n, {"stored": True} if new else {"stored": False, "duplicate": True})
+    for n, request in enumerate(requests):
+        if not request.ignore_result:
+            app.backend.mark_as_done(request.id, results[n], request=request)
+    summary = {"messages": len(requests), "stored": sum(stored),
+               "refused": sum("rejected" in r for r in results.values())}
+    log.info("ingest batch: %s", summary)
+    return summary
+
+
+_KEYS = ("inbox", "source", "source_id", "payload")
+_ACCEPTS = inspect.signature(accepts)
+
+
+def _fields(args: Any, kwargs: Any) -> tuple[dict[str, Any], str | None]:
+    """The message's inbox, source, source_id and payload (None where missing), and why it
+    cannot be stored as it is (unexpected arguments), or None."""
+    bound = _ACCEPTS.bind(*args, **kwargs)  # the guard checked that they fit
+    fields = {k: bound.arguments.get(k) for k in _KEYS}
+    extra_args, extra = bound.arguments.get("unexpected_args", ()), bound.arguments.get("unexpected", {})
+    if not (extra_args or extra):
+        return fields, None
+    names = sorted(extra) or [f"{len(extra_args)} extra positional argument(s)"]
+    fields["unexpected"] = extra
+    return fields, "unexpected arguments: " + ", ".join(names) + " (expected inbox, source, source_id, payload)"
+
+
+def _store(store: Any, items: list[tuple[int, tuple[Any, ...]]], results: dict[int, dict[str, Any]]) -> list[bool]:
+    """Stored (True) or a duplicate (False), per item: one ``ingest_many`` for the lot, or,
+    when the store refuses any of them, one call per item, so only the bad ones are refused
+    (recorded in ``results``). A database that cannot be reached raises OperationalError."""
+    try:
+        with faults.before_commit(store, "before_ingest_commit", messages=len(items)):
+            return _with_pauses(lambda: store.ingest_many([item for _, item in items]))
+    except InvalidEvent:
+        pass
+    except DBAPIError as exc:
+        if isinstance(exc, OperationalError):
+            raise
+    stored = []
+    for n, item in items:
+        try:
+            stored.append(_with_pauses(lambda: store.ingest(*item)))
+            continue
+        except InvalidEvent as exc:
+            reason = str(exc)
+        except DBAPIError as exc:
+            if isinstance(exc, OperationalError):
+                raise
+            reason = f"the database refused it: {type(exc.orig).__name__}: {str(exc.orig)[:200]}"
+        results[n] = _refuse(store, reason, dict(zip(_KEYS, item)))
+        stored.append(False)
+    return stored
+
+
+def _with_pauses(call: Any) -> Any:
+    for pause in _PAUSES:
+        try:
+            return call()
+        except OperationalError as exc:  # the database went away: wait a little, try again
+            log.warning("ingest: the database is not answering (%s); again in %.1f s", exc.orig, pause)
+            time.sleep(pause)
+    return call()
+
+
+def _hand_back(requests: list[Any], exc: Exception) -> None:
+    """The database stayed away: send these messages again with a countdown, so they are
+    acked here without being lost (each goes back to the queue as itself)."""
+    for request in requests:
+        headers = (request.request_dict or {}).get("headers") or {}
+        times = int((request.request_dict or {}).get(_HANDED_BACK) or headers.get(_HANDED_BACK) or 0)
+        countdown = _COUNTDOWNS[min(times, len(_COUNTDOWNS) - 1)]
+        app.send_task("wakeful.ingest", args=request.args, kwargs=request.kwargs, task_id=request.id,
+                      countdown=countdown, headers={_HANDED_BACK: times + 1},
+                      ignore_result=request.ignore_result)
+    log.warning("ingest: %d messages sent back for later (%s: %s)", len(requests), type(exc).__name__, exc)
+
+
+def _refuse(store: Any, reason: str, fields: dict[str, Any]) -> dict[str, Any]:
+    inbox, source, source_id = fields.get("inbox"), fields.get("source"), fields.get("source_id")
+    unexpected = fields.get("unexpected") or {}
+    store.record_rejection("task:wakeful.ingest", reason, inbox=inbox, source=source,
+                           source_id=source_id, excerpt=_excerpt(fields.get("payload"), unexpected))
+    log.warning("ingest rejected: %s (inbox=%r source=%r source_id=%r)", reason,
+                _short(inbox), _short(source), _short(source_id))
+    return {"stored": False, "rejected": reason}
 
 
 def _excerpt(payload: Any, unexpected: dict[str, Any]) -> str:

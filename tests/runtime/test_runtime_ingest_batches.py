@@ -1,0 +1,68 @@
+"""``wakeful.ingest`` takes its messages in batches (tasks/batches.py, tasks/ingest.py): one
+``ingest_many`` and one doorbell for the messages waiting, a bad message refused alone, every
+message acked after its event is committed (real control and run workers on PostgreSQL and
+Redis, and a plain Celery client)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+
+import pytest
+
+from cli.processes import CONTROL_QUEUES
+
+pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
+REDIS_PG = [pytest.param("redis_pg", marks=[pytest.mark.postgres, pytest.mark.redis])]
+
+
+def _batches(c) -> list[dict]:  # type: ignore[no-untyped-def]
+    text = (c.home / "logs" / "control.log").read_text()
+    return [json.loads(m.replace("'", '"')) for m in re.findall(r"ingest batch: (\{[^}]*\})", text)]
+
+
+@pytest.mark.parametrize("backend", REDIS_PG)
+def test_waiting_messages_go_in_one_batch_and_a_bad_one_is_refused_alone(make_cluster) -> None:
+    c = make_cluster()
+    control = next(p for p in c.procs.procs if p.name == "control")
+    c.procs.stop(control)  # messages wait in the queue meanwhile
+    for n in range(30):
+        c.ingest(f"b{n % 5}", "chat", f"m-{n}", {"text": f"hi {n}", "silent": True})
+    c.ingest("b0", "chat", "m-0", {"text": "the same key again"})  # a duplicate
+    c.client.send_task("wakeful.ingest", kwargs={"inbox": "b1", "source": "chat", "source_id": "bad",
+                                                  "payload": "not an object"})
+    c.client.send_task("wakeful.ingest", kwargs={"inbox": "b2", "source": "chat", "source_id": "odd",
+                                                  "payload": {}, "sauce": "x"})
+    c.procs.wait_ready(c.procs.worker("control", CONTROL_QUEUES, concurrency=2))
+    c.wait(lambda: all(c.settled(f"b{i}", 6) for i in range(5)), "30 events stored once and run")
+    assert sum(len(c.store.events(f"b{i}")) for i in range(5)) == 30
+    refused = [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"]
+    assert sorted(r.source_id for r in refused) == ["bad", "odd"]
+    assert any("payload" in r.reason for r in refused) and any("sauce" in r.reason for r in refused)
+    batches = _batches(c)
+    assert sum(b["messages"] for b in batches) == 33 and sum(b["stored"] for b in batches) == 30
+    assert max(b["messages"] for b in batches) > 1  # they were taken together, not one by one
+
+
+@pytest.mark.parametrize("backend", REDIS_PG)
+def test_a_pool_process_killed_mid_batch_loses_nothing(make_cluster, tmp_path) -> None:
+    """The batch's pool process is SIGKILLed after writing and before its COMMIT: nothing was
+    committed, its messages were not acked; they come back and are stored once each."""
+    log_path = tmp_path / "faults.jsonl"
+    c = make_cluster(env={"WAKEFUL_FAULTS": "before_ingest_commit:sleep=4",
+                          "WAKEFUL_FAULTS_LOG": str(log_path)})
+    for n in range(12):
+        c.ingest(f"k{n % 3}", "chat", f"m-{n}", {"text": f"hi {n}", "silent": True})
+
+    def reached() -> list[dict]:
+        lines = log_path.read_text().splitlines() if log_path.exists() else []
+        return [json.loads(line) for line in lines if "before_ingest_commit" in line]
+
+    first = c.wait(lambda: reached()[:1], "a batch before its commit")[0]
+    os.kill(first["pid"], signal.SIGKILL)
+    c.wait(lambda: all(c.settled(f"k{i}", 4) for i in range(3)), "every event stored and run", timeout=60)
+    assert sum(len(c.store.events(f"k{i}")) for i in range(3)) == 12
+    assert all(e.attempts == 1 for i in range(3) for e in c.store.events(f"k{i}"))
+    assert len({r["pid"] for r in reached()}) >= 2  # a second pool process took the batch again
