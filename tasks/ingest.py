@@ -23,7 +23,7 @@ import logging
 import time
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from store import InvalidEvent
 
@@ -42,6 +42,9 @@ EXCERPT_CHARS = 1000
 _PAUSES = (0.2, 1.0, 3.0)
 _COUNTDOWNS = (5, 15, 60)
 _HANDED_BACK = "wakeful_ingest_handed_back"  # header: how often a message was sent back
+# The database went away (a dropped connection can also surface as InterfaceError): the
+# messages are kept, never refused for it.
+_OUTAGE = (OperationalError, InterfaceError)
 
 
 def accepts(inbox: Any = None, source: Any = None, source_id: Any = None, payload: Any = None,
@@ -55,17 +58,20 @@ def ingest(requests: list[Any]) -> dict[str, int]:
     store = get_store()
     results: dict[int, dict[str, Any]] = {}
     items: list[tuple[int, tuple[Any, ...]]] = []
-    for n, request in enumerate(requests):
-        fields, reason = _fields(request.args, request.kwargs)
-        if reason is not None:
-            results[n] = _refuse(store, reason, fields)
-        else:
-            items.append((n, tuple(fields[k] for k in _KEYS)))
     try:
+        for n, request in enumerate(requests):
+            fields, reason = _fields(request.args, request.kwargs)
+            if reason is not None:
+                results[n] = _refuse(store, reason, fields)
+            else:
+                items.append((n, tuple(fields[k] for k in _KEYS)))
         stored = _store(store, items, results)
-    except OperationalError as exc:
-        _hand_back([requests[n] for n, _ in items], exc)
-        return {"messages": len(requests), "handed_back": len(items)}
+    except _OUTAGE as exc:
+        # Everything not yet settled goes back (a refusal already recorded is settled; an
+        # event that did commit comes back a duplicate and rings nothing: the sweep rings).
+        unsettled = [request for n, request in enumerate(requests) if n not in results]
+        _hand_back(unsettled, exc)
+        return {"messages": len(requests), "handed_back": len(unsettled)}
     ring_many(item[0] for (_, item), new in zip(items, stored) if new)
     for (n, _), new in zip(items, stored):
         results.setdefault(n, {"stored": True} if new else {"stored": False, "duplicate": True})
@@ -98,14 +104,14 @@ def _fields(args: Any, kwargs: Any) -> tuple[dict[str, Any], str | None]:
 def _store(store: Any, items: list[tuple[int, tuple[Any, ...]]], results: dict[int, dict[str, Any]]) -> list[bool]:
     """Stored (True) or a duplicate (False), per item: one ``ingest_many`` for the lot, or,
     when the store refuses any of them, one call per item, so only the bad ones are refused
-    (recorded in ``results``). A database that cannot be reached raises OperationalError."""
+    (recorded in ``results``). A database that cannot be reached raises one of ``_OUTAGE``."""
     try:
         with faults.before_commit(store, "before_ingest_commit", messages=len(items)):
             return _with_pauses(lambda: store.ingest_many([item for _, item in items]))
     except InvalidEvent:
         pass
     except DBAPIError as exc:
-        if isinstance(exc, OperationalError):
+        if isinstance(exc, _OUTAGE):
             raise
     stored = []
     for n, item in items:
@@ -115,7 +121,7 @@ def _store(store: Any, items: list[tuple[int, tuple[Any, ...]]], results: dict[i
         except InvalidEvent as exc:
             reason = str(exc)
         except DBAPIError as exc:
-            if isinstance(exc, OperationalError):
+            if isinstance(exc, _OUTAGE):
                 raise
             reason = f"the database refused it: {type(exc.orig).__name__}: {str(exc.orig)[:200]}"
         results[n] = _refuse(store, reason, dict(zip(_KEYS, item)))
@@ -127,7 +133,7 @@ def _with_pauses(call: Any) -> Any:
     for pause in _PAUSES:
         try:
             return call()
-        except OperationalError as exc:  # the database went away: wait a little, try again
+        except _OUTAGE as exc:  # the database went away: wait a little, try again
             log.warning("ingest: the database is not answering (%s); again in %.1f s", exc.orig, pause)
             time.sleep(pause)
     return call()

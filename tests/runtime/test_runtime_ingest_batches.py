@@ -66,3 +66,39 @@ def test_a_pool_process_killed_mid_batch_loses_nothing(make_cluster, tmp_path) -
     assert sum(len(c.store.events(f"k{i}")) for i in range(3)) == 12
     assert all(e.attempts == 1 for i in range(3) for e in c.store.events(f"k{i}"))
     assert len({r["pid"] for r in reached()}) >= 2  # a second pool process took the batch again
+
+
+@pytest.mark.parametrize("backend", REDIS_PG)
+def test_a_database_outage_during_a_batch_loses_nothing(make_cluster, pg_url) -> None:
+    """The test's own database refuses every connection (its open ones terminated) while
+    messages arrive: the batch is tried again, then handed back to the broker; once the
+    database is back every event is stored once, and nothing was refused for the outage."""
+    from databases import PG_ADMIN_URL
+    from sqlalchemy import create_engine, make_url, text
+
+    c = make_cluster()
+    name = make_url(pg_url).database
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_size=1)
+
+    def database(open_: bool) -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(open_).lower()}'))
+            if not open_:
+                conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = :name"), {"name": name})
+
+    control_log = c.home / "logs" / "control.log"
+    try:
+        database(False)
+        for n in range(10):
+            c.ingest(f"o{n % 2}", "chat", f"m-{n}", {"text": f"hi {n}", "silent": True})
+        c.wait(lambda: "messages sent back for later" in control_log.read_text(),
+               "the batch handed back to the broker", timeout=60)
+    finally:
+        database(True)
+        admin.dispose()
+    c.store.dispose()  # its pooled connections were terminated
+    c.wait(lambda: all(c.settled(f"o{i}", 5) for i in range(2)), "every event stored and run", timeout=90)
+    assert sorted(e.source_id for i in range(2) for e in c.store.events(f"o{i}")) == sorted(
+        f"m-{n}" for n in range(10))
+    assert [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"] == []
