@@ -41,8 +41,9 @@ def test_waiting_messages_go_in_one_batch_and_a_bad_one_is_refused_alone(make_cl
     refused = [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"]
     assert sorted(r.source_id for r in refused) == ["bad", "odd"]
     assert any("payload" in r.reason for r in refused) and any("sauce" in r.reason for r in refused)
-    batches = _batches(c)
-    assert sum(b["messages"] for b in batches) == 33 and sum(b["stored"] for b in batches) == 30
+    batches = c.wait(lambda: (b := _batches(c)) and sum(x["messages"] for x in b) == 33 and b,
+                     "every message in a logged batch")
+    assert sum(b["stored"] for b in batches) == 30
     assert max(b["messages"] for b in batches) > 1  # they were taken together, not one by one
 
 
