@@ -1,104 +1,175 @@
-"""A task that takes its messages in batches: celery-batches, with wakeful's rules on top.
+"""A task that takes its messages in batches: one pool call for every message waiting.
 
-celery-batches (the Celery organisation's package) gives the mechanics: a strategy that
-buffers each message's request in the worker's main process instead of sending it to the
-pool, and hands the pool one call with a list of requests. On top of it, here:
+Celery runs one task call per message: the worker's main process receives it, hands it to a
+pool process and acks it. A ``BatchTask`` has its own strategy (the hook Celery gives a task
+class for exactly this) that keeps each message in a buffer in the main process instead, and
+hands the pool one call, ``run(items)``, with the buffered messages as ``BatchItem``s. Written
+here rather than taken from celery-batches: its latest release (0.11) declares ``celery<5.7``,
+and installing it moves Celery back to 5.6, while wakeful is verified on 5.7.
 
-- **The guard.** ``problem()`` (tasks/guard.py) checks every message before it is buffered,
-  against the per-message signature the task declares as ``accepts``; a bad one raises
-  ``InvalidTaskError`` and the consumer records and drops it alone, as for any task.
-- **Flush at ``flush_every`` messages or every ``flush_interval``** (20 ms), and whenever a
-  batch returns with messages waiting. A lone message waits at most one tick. Flushing the
-  moment a pool process was free (tried first) made batches of one under load: the worker's
-  main process, which receives and acks every message, is the bottleneck, so a pool process
-  was nearly always free (measured: 1.4 ms of pool CPU per ingest against 0.8 for a no-op).
+- **The guard first.** ``problem()`` (tasks/guard.py) checks every message before it is
+  buffered, against the per-message signature the task declares as ``accepts``; a bad one
+  raises ``InvalidTaskError`` and the consumer records and drops it alone, as for any task.
+- **Flush** at ``flush_every`` messages, ``flush_seconds`` (20 ms) after the first one waiting,
+  and whenever a batch returns with messages waiting. A lone message waits at most one tick.
+  (Flushing the moment a pool process was free, tried first, made batches of one under load:
+  the main process, which receives and acks every message, is the bottleneck, so a pool
+  process was nearly always free.)
 - **Prefetch lent while buffering.** With late acks a buffered message counts against the
   worker's prefetch limit (1 x concurrency here), which would cap a batch at the pool's size.
   As Celery does for a message with an ETA, each buffered message raises the limit by one
-  until it is acked, up to ``flush_every`` at a time: the runs worker's prefetch of 1 is not
-  touched, and no Procfile flag is needed.
-- **Acks.** Every message is acked after the batch call returns (its events committed) and
-  requeued if the pool process dies under it (``error_callback``: SIGKILL, the hard time
-  limit), so a worker killed mid-batch loses nothing. The batch body refuses what is bad and
-  hands back (re-sends) what it could not store; if it raises anyway, or returns nothing,
-  its messages are requeued, never acked.
+  until it is acked, up to ``flush_every``: the runs worker's prefetch of 1 is not touched.
+- **ETA.** A message with a future ``eta`` (a batch handed back with a countdown) joins the
+  buffer when it is due; ``expires`` and revocations are not looked at.
+- **Acks.** Every message is acked after the batch call returned (its events committed) and
+  requeued if the call raised or its pool process died (SIGKILL, the hard time limit), so a
+  worker killed mid-batch loses nothing.
+- **Without an event loop** (the embedded broker's polling transport, where Celery applies a
+  changed prefetch only between polls of up to 2 s) every message is its own batch, flushed at
+  once and lent nothing, as for any task. Batches are for Redis.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
+from celery import Task
 from celery.exceptions import InvalidTaskError
-from celery_batches import Batches, SimpleRequest
-from celery_batches.trace import apply_batches_task
+from celery.utils.time import maybe_iso8601
 
 from tasks.guard import problem
 
 log = logging.getLogger("wakeful.batches")
 
 
-class GuardedBatches(Batches):
+@dataclass
+class BatchItem:
+    """One message of a batch, as the pool process sees it (picklable)."""
+
+    id: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    ignore_result: bool
+    headers: dict[str, Any] = field(default_factory=dict)
+    chord: Any = None  # Celery's result backend reads it after storing a result
+
+
+class BatchTask(Task):
+    """Base class: ``run(items: list[BatchItem])``; ``accepts`` is one message's signature."""
+
     abstract = True
-    flush_every = 100  # the most requests one pool call takes
-    flush_interval = 0.02  # seconds: the longest a lone message waits for company
+    flush_every = 100
+    flush_seconds = 0.02
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        self._lent = 0  # prefetch slots lent to buffered messages
-        self._consumer: Any = None
-
-    def Strategy(self, task: Batches, app: Any, consumer: Any) -> Any:  # noqa: N802 (Celery's name)
-        buffer_request = super().Strategy(task, app, consumer)
-        self._consumer = consumer  # its qos is made after the strategies: read it when used
-
-        def on_message(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kw: Any) -> None:
-            reason = problem(task, message)
-            if reason is not None:
-                raise InvalidTaskError(f"{task.name}: {reason}")
-            buffer_request(message, body, ack, reject, callbacks, **kw)
-            with self._lock:
-                lend = self._lent < self.flush_every
-                self._lent += lend
-            if lend:
-                self._consumer.qos.increment_eventually()
-
-        return on_message
-
-    def flush(self, requests: Any) -> Any:
-        requests = list(requests)
-
-        def settle(done: bool) -> None:
-            for request in requests:
-                if done:
-                    request.acknowledge()
-                else:  # the pool process died under the batch, or it raised: delivered again
-                    request.reject(requeue=True)
-            with self._lock:
-                repaid = min(self._lent, len(requests))
-                self._lent -= repaid
-            if repaid:
-                self._consumer.qos.decrement_eventually(repaid)
-            if not self._buffer.empty():
-                self._do_flush()
-
-        return self._pool.apply_async(
-            apply_batches_task, (self, ([SimpleRequest.from_request(r) for r in requests],), 0, None),
-            callback=lambda result: _returned(settle, result),
-            error_callback=lambda exc: _lost(settle, exc))
+    def Strategy(self, task: Any, app: Any, consumer: Any) -> Any:  # noqa: N802 (Celery's name)
+        return _Batcher(task, consumer).on_message
 
 
-def _returned(settle: Any, result: Any) -> None:
-    # celery-batches' trace catches an exception raised by the batch body, logs it and
-    # returns None: nothing says what was committed, so nothing is acked (a message whose
-    # event did commit comes back a duplicate).
-    if result is None:
-        log.warning("a batch raised; its messages are requeued")
-    settle(result is not None)
+def run_batch(name: str, items: list[BatchItem]) -> bool:
+    """In the pool process: the task's ``run`` on the batch; False if it raised."""
+    from celery import current_app
+
+    try:
+        current_app.tasks[name].run(items)
+        return True
+    except Exception:  # noqa: BLE001 - the messages are requeued, not lost; say why here
+        log.exception("batch of %d %s messages raised; they are requeued", len(items), name)
+        return False
 
 
-def _lost(settle: Any, exc: Any) -> None:
-    log.warning("a batch's pool process was lost (%s); its messages are requeued", exc)
-    settle(False)
+class _Batcher:
+    def __init__(self, task: Any, consumer: Any) -> None:
+        self.task = task
+        self.consumer = consumer  # its qos and pool are made after the strategies: read them when used
+        self.batching = consumer.hub is not None
+        self.lock = threading.Lock()
+        self.buffer: list[tuple[BatchItem, Any, bool]] = []  # (item, message, lent a slot)
+        self.lent = 0
+        self.tick: Any = None  # the pending flush timer
+
+    def on_message(self, message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kw: Any) -> None:
+        reason = problem(self.task, message)
+        if reason is not None:
+            raise InvalidTaskError(f"{self.task.name}: {reason}")
+        item, due = _item(message)
+        lend = self.batching and self._lend()
+        if due > time.time():  # handed back with a countdown: buffered when due
+            self.consumer.qos.increment_eventually()
+            self.consumer.timer.call_after(due - time.time(), self._add, (item, message, lend, True))
+            return
+        self._add(item, message, lend, False)
+
+    def _lend(self) -> bool:
+        with self.lock:
+            lend = self.lent < self.task.flush_every
+            self.lent += lend
+        if lend:
+            self.consumer.qos.increment_eventually()
+        return lend
+
+    def _add(self, item: BatchItem, message: Any, lend: bool, was_eta: bool) -> None:
+        if was_eta:
+            self.consumer.qos.decrement_eventually()
+        with self.lock:
+            self.buffer.append((item, message, lend))
+            full = len(self.buffer) >= self.task.flush_every
+            start_tick = self.tick is None and not full
+            if start_tick:
+                self.tick = True  # claimed: set to the timer below
+        if full or not self.batching:
+            self.flush()
+        elif start_tick:
+            self.tick = self.consumer.timer.call_after(self.task.flush_seconds, self.flush)
+
+    def flush(self) -> None:
+        with self.lock:
+            batch, self.buffer = self.buffer[:self.task.flush_every], self.buffer[self.task.flush_every:]
+            tick, self.tick = self.tick, None
+        if tick not in (None, True):
+            tick.cancel()
+        if not batch:
+            return
+        self.consumer.pool.apply_async(
+            run_batch, (self.task.name, [item for item, _, _ in batch]),
+            callback=lambda ok: self._settle(batch, ok is True),
+            error_callback=lambda exc: self._lost(batch, exc))
+
+    def _lost(self, batch: list[Any], exc: Any) -> None:
+        log.warning("a batch's pool process was lost (%s); its messages are requeued", exc)
+        self._settle(batch, False)
+
+    def _settle(self, batch: list[Any], done: bool) -> None:
+        errors = self.consumer.connection_errors
+        for _, message, _ in batch:
+            if done:
+                message.ack_log_error(log, errors)
+            else:
+                message.reject_log_error(log, errors, requeue=True)
+        repaid = sum(1 for _, _, lent in batch if lent)
+        if repaid:
+            with self.lock:
+                self.lent -= repaid
+            self.consumer.qos.decrement_eventually(repaid)
+        with self.lock:
+            waiting = bool(self.buffer)
+        if waiting:
+            self.flush()
+
+
+def _item(message: Any) -> tuple[BatchItem, float]:
+    """The message as a BatchItem, and when it is due (epoch seconds). The guard has checked
+    its shape: protocol 2 (args, kwargs, embed) with the id in its headers, or protocol 1."""
+    payload, headers = message.payload, dict(message.headers or {})
+    if isinstance(payload, dict):  # protocol 1
+        args, kwargs, fields = payload.get("args") or (), payload.get("kwargs") or {}, payload
+    else:
+        args, kwargs, _ = payload
+        fields = headers
+    eta = maybe_iso8601(fields.get("eta")) if fields.get("eta") else None
+    item = BatchItem(id=fields.get("id"), args=tuple(args), kwargs=dict(kwargs),
+                     ignore_result=bool(fields.get("ignore_result", False)), headers=headers)
+    return item, (eta.timestamp() if eta is not None else 0.0)

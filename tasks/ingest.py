@@ -29,7 +29,7 @@ from store import InvalidEvent
 
 from tasks import faults
 from tasks.application import app
-from tasks.batches import GuardedBatches
+from tasks.batches import BatchTask
 from tasks.doorbell import ring_many
 from tasks.runtime import get_store
 
@@ -52,7 +52,7 @@ def accepts(inbox: Any = None, source: Any = None, source_id: Any = None, payloa
     """What one ``wakeful.ingest`` message carries (the guard checks messages against it)."""
 
 
-@app.task(name="wakeful.ingest", base=GuardedBatches, accepts=staticmethod(accepts))
+@app.task(name="wakeful.ingest", base=BatchTask, accepts=staticmethod(accepts))
 def ingest(requests: list[Any]) -> dict[str, int]:
     """Store a batch of events once each; new ones ring their inboxes' doorbells."""
     store = get_store()
@@ -143,8 +143,7 @@ def _hand_back(requests: list[Any], exc: Exception) -> None:
     """The database stayed away: send these messages again with a countdown, so they are
     acked here without being lost (each goes back to the queue as itself)."""
     for request in requests:
-        headers = (request.request_dict or {}).get("headers") or {}
-        times = int((request.request_dict or {}).get(_HANDED_BACK) or headers.get(_HANDED_BACK) or 0)
+        times = int(request.headers.get(_HANDED_BACK) or 0)
         countdown = _COUNTDOWNS[min(times, len(_COUNTDOWNS) - 1)]
         app.send_task("wakeful.ingest", args=request.args, kwargs=request.kwargs, task_id=request.id,
                       countdown=countdown, headers={_HANDED_BACK: times + 1},
