@@ -56,8 +56,8 @@ def _drain(ctx: Context, store: Store, items: list, ring_inboxes: list[str], dra
     app.control.cancel_consumer(RUNS_QUEUE, destination=[w.nodename], reply=True, timeout=5)
     _store_backlog(store, items)
     env.sql(ctx.main_db, "ANALYZE events")
-    for inbox in ring_inboxes:
-        ring(inbox, drain=drain)
+    for inbox in ring_inboxes:  # the sweep's rings expire (so are never coalesced) and drain
+        ring(inbox, expires=30.0, drain=True) if drain else ring(inbox)
     start = time.perf_counter()
     app.control.add_consumer(RUNS_QUEUE, destination=[w.nodename], reply=True, timeout=5)
     seconds = (time.perf_counter() - start) + _wait_done(ctx.main_db)
@@ -67,7 +67,7 @@ def _drain(ctx: Context, store: Store, items: list, ring_inboxes: list[str], dra
 def run(ctx: Context) -> None:
     store = Store.connect(env.sqlalchemy_url(ctx.main_db), pool_size=1)
     n = ctx.sizes.backlog_inboxes
-    for rep in range(ctx.sizes.reps):
+    for rep in range(ctx.sizes.backlog_reps):
         tag = next(_serial)
         items = [(f"b{tag}-{i}", "backlog", "m", {"n": i}) for i in range(n)]
         rung = _drain(ctx, store, items, [inbox for inbox, *_ in items])
@@ -76,7 +76,7 @@ def run(ctx: Context) -> None:
         items = [(f"b{tag}-{i}", "backlog", "m", {"n": i}) for i in range(n)]
         flushed = _drain(ctx, store, items, [inbox for inbox, *_ in items[:SWEEP_RINGS]], drain=True)
         ctx.results.add("backlog_without_doorbells_per_s", flushed)
-        ctx.progress(f"backlog {rep + 1}/{ctx.sizes.reps}: {n:,} inboxes, {rung:,.0f} events/s with every "
+        ctx.progress(f"backlog {rep + 1}/{ctx.sizes.backlog_reps}: {n:,} inboxes, {rung:,.0f} events/s with every "
                      f"doorbell, {flushed:,.0f} after a flush (one sweep tick of {SWEEP_RINGS})")
         env.sql(ctx.main_db, "VACUUM ANALYZE events, inboxes, runs")
     for rep in range(ctx.sizes.reps):

@@ -28,6 +28,7 @@ class Sizes:
     scan_small: int
     scan_large: int
     backlog_inboxes: int   # one event each, drained with and without doorbells (bench/backlog.py)
+    backlog_reps: int      # runs of that pair (the full run's 100,000-inbox pair takes ~10 minutes)
     hot_events: int        # events in the hot inbox, and over 1,000 inboxes for comparison
 
     @classmethod
@@ -38,13 +39,13 @@ class Sizes:
         return cls(reps=3, ingest_n=600, insert_seconds=1.0, batch=100, drain_rounds=1,
                    drain_inboxes_1=300, drain_inboxes_10=100, procrastinate_jobs=300, probes=50,
                    load_seconds=1.0, load_samples=40, cost_wakes=100, scan_due=1_000,
-                   scan_small=1_000, scan_large=100_000, backlog_inboxes=3_000, hot_events=2_000)
+                   scan_small=1_000, scan_large=100_000, backlog_inboxes=3_000, backlog_reps=3, hot_events=2_000)
 
     @classmethod
     def full(cls) -> "Sizes":
         return cls(reps=3, ingest_n=3000, insert_seconds=4.0, batch=100, drain_rounds=2,
                    drain_inboxes_1=1000, drain_inboxes_10=1000, load_samples=100, procrastinate_jobs=2000, probes=300, load_seconds=5.0, cost_wakes=1000,
-                   scan_due=10_000, scan_small=10_000, scan_large=1_000_000, backlog_inboxes=100_000,
+                   scan_due=10_000, scan_small=10_000, scan_large=1_000_000, backlog_inboxes=100_000, backlog_reps=1,
                    hot_events=10_000)
 
 

@@ -6,12 +6,14 @@ live lease. So a broker error is logged, not handed to the caller (a webhook mus
 its fast 2xx once the event is stored).
 
 On Redis, rings are coalesced: a message is sent only when no run task is queued that has not
-started yet (a marker key, set with the message and deleted by the task as it starts). Every
-such task drains: once its own inbox is idle it takes the inbox with the oldest ready event
-straight from the database (``tasks/runs.py``, ``store/backlog.py``) until none is left, and
-each inbox it takes rings again (coalesced), so idle workers join in while a backlog lasts.
-A skipped ring is safe: its event was committed before the marker was read, so the queued
-task, which starts after that, finds it. An idle system still gets one message per ring at
+started yet. The marker is a counter: a ring increments it and sends a message only if it was
+the first; the task reads and deletes it as it starts. A task whose marker counted rings
+besides its own drains: once its own inbox is idle it takes the inbox with the oldest ready
+event straight from the database (``tasks/runs.py``, ``store/backlog.py``) until none is left,
+and each inbox it takes rings again (coalesced, draining), so idle workers join in while a
+backlog lasts. A skipped ring is safe: its event was committed before the counter moved, so
+the queued task, which starts after that, finds it. A task that stands for its own ring alone
+serves its inbox and ends (no empty look at the backlog on an idle system). An idle system still gets one message per ring at
 once (the latency path); a busy one gets about one per free worker (the throughput path),
 instead of a message per wake that costs the broker as much as the wake costs the store.
 """
@@ -48,15 +50,16 @@ def ring(inbox: str, expires: float | None = None, drain: bool = False) -> None:
     never coalesced (a ring that may be dropped cannot stand for others).
 
     ``drain``: once ``inbox`` is idle, the task goes on with the backlog straight from the
-    database. Coalesced rings always drain.
+    database. A task drains anyway when other rings were coalesced onto it.
     """
     marker = _marker() if expires is None else None
     if marker is not None:
         try:
-            if not marker.set(QUEUED_MARKER, inbox, nx=True,
-                              px=int(settings.doorbell_coalesce_seconds * 1000)):
+            pipe = marker.pipeline(transaction=False)  # one round trip; works on any Redis
+            pipe.set(QUEUED_MARKER, 0, nx=True, px=int(settings.doorbell_coalesce_seconds * 1000))
+            pipe.incr(QUEUED_MARKER)  # keeps the expiry the first ring set
+            if pipe.execute()[1] > 1:
                 return  # a queued task will drain this inbox's event
-            drain = True
         except Exception as exc:  # Redis down: the send below fails and says so
             log.warning("doorbell marker not set (%s: %s); ringing uncoalesced", type(exc).__name__, exc)
             marker = None
@@ -69,7 +72,7 @@ def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool 
     them all: whichever task it finds queued, or sends, drains every ready inbox."""
     names = list(dict.fromkeys(inboxes))
     if names and expires is None and _marker() is not None:
-        ring(names[0])
+        ring(names[0], drain=len(names) > 1)
         return len(names)
     for inbox in names:
         ring(inbox, expires=expires, drain=drain)
@@ -78,20 +81,26 @@ def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool 
 
 def ring_backlog(inbox: str) -> None:
     """From a draining task that just took ``inbox`` from the backlog: make sure another task
-    is queued to join in (coalesced: nothing is sent while one is). Without coalescing the
-    sweep's rings, one per inbox, are the other drainers, so nothing is sent."""
+    is queued to join in (coalesced: nothing is sent while one is; the one sent drains).
+    Without coalescing the sweep's rings, one per inbox, are the other drainers."""
     if _marker() is not None:
-        ring(inbox)
+        ring(inbox, drain=True)
 
 
-def started() -> None:
-    """Called by a draining run task as it starts: the next ring sends a message again."""
+def started() -> bool:
+    """Called by a run task as it starts: the next ring sends a message again. True when
+    rings besides the task's own were coalesced onto it while it was queued: it must drain."""
     marker = _marker()
-    if marker is not None:
-        try:
-            marker.delete(QUEUED_MARKER)
-        except Exception as exc:  # the marker expires anyway
-            log.debug("doorbell marker not cleared (%s)", exc)
+    if marker is None:
+        return False
+    try:
+        pipe = marker.pipeline(transaction=True)  # GET and DEL as one (GETDEL needs Redis 6.2)
+        pipe.get(QUEUED_MARKER)
+        pipe.delete(QUEUED_MARKER)
+        return int(pipe.execute()[0] or 0) > 1
+    except Exception as exc:  # the marker expires anyway; drain, to be safe
+        log.warning("doorbell marker not read (%s: %s)", type(exc).__name__, exc)
+        return True
 
 
 def ring_dispatch(inbox: str) -> None:

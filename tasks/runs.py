@@ -85,8 +85,9 @@ def run_inbox(self, inbox: Any = None, drain: bool = False) -> dict[str, Any]:
     agent = get_agent()  # a broken WAKEFUL_AGENT fails here, before any event is claimed
     deadline = time.monotonic() + settings.run_time_limit
     holder = holder_name(self.request.id)
-    if drain:
-        doorbell.started()  # from here on a ring queues a new task: this one may not reach it
+    # From here on a ring queues a new task (this one may not reach its event); rings that
+    # were coalesced onto this one while it was queued make it drain.
+    drain = doorbell.started() or drain
     with store.pinned():
         summary = _run_inbox(store, agent, inbox, holder, deadline)
         if drain and summary.get("inbox") is not None:
