@@ -10,11 +10,12 @@ and installing it moves Celery back to 5.6, while wakeful is verified on 5.7.
 - **The guard first.** ``problem()`` (tasks/guard.py) checks every message before it is
   buffered, against the per-message signature the task declares as ``accepts``; a bad one
   raises ``InvalidTaskError`` and the consumer records and drops it alone, as for any task.
-- **Flush** at ``flush_every`` messages, ``flush_seconds`` (20 ms) after the first one waiting,
-  and whenever a batch returns with messages waiting. A lone message waits at most one tick.
-  (Flushing the moment a pool process was free, tried first, made batches of one under load:
-  the main process, which receives and acks every message, is the bottleneck, so a pool
-  process was nearly always free.)
+- **Flush** at once when no batch is in flight (an idle worker: a lone message does not wait,
+  the latency path); otherwise when a batch returns with messages waiting, at ``flush_every``
+  messages, or ``flush_seconds`` (20 ms) after the first one waiting. (Flushing whenever a
+  pool process was free, tried first, made batches of one under load: the main process, which
+  receives and acks every message, is the bottleneck, so a pool process was nearly always
+  free. A fixed 20 ms tick alone, tried next, added 20 ms to every unloaded wake.)
 - **Prefetch lent while buffering.** With late acks a buffered message counts against the
   worker's prefetch limit (1 x concurrency here), which would cap a batch at the pool's size.
   As Celery does for a message with an ETA, each buffered message raises the limit by one
@@ -89,6 +90,7 @@ class _Batcher:
         self.lock = threading.Lock()
         self.buffer: list[tuple[BatchItem, Any, bool]] = []  # (item, message, lent a slot)
         self.lent = 0
+        self.in_flight = 0  # batches handed to the pool and not yet settled
         self.tick: Any = None  # the pending flush timer
 
     def on_message(self, message: Any, body: Any, ack: Any, reject: Any, callbacks: Any, **kw: Any) -> None:
@@ -116,11 +118,13 @@ class _Batcher:
             self.consumer.qos.decrement_eventually()
         with self.lock:
             self.buffer.append((item, message, lend))
-            full = len(self.buffer) >= self.task.flush_every
-            start_tick = self.tick is None and not full
+            # Nothing in flight: an idle worker, so this message goes at once (the latency
+            # path). Otherwise it waits for company until a batch returns or the tick.
+            now = len(self.buffer) >= self.task.flush_every or self.in_flight == 0
+            start_tick = self.tick is None and not now
             if start_tick:
                 self.tick = True  # claimed: set to the timer below
-        if full or not self.batching:
+        if now or not self.batching:
             self.flush()
         elif start_tick:
             self.tick = self.consumer.timer.call_after(self.task.flush_seconds, self.flush)
@@ -133,6 +137,8 @@ class _Batcher:
             tick.cancel()
         if not batch:
             return
+        with self.lock:
+            self.in_flight += 1
         self.consumer.pool.apply_async(
             run_batch, (self.task.name, [item for item, _, _ in batch]),
             callback=lambda ok: self._settle(batch, ok is True),
@@ -155,6 +161,7 @@ class _Batcher:
                 self.lent -= repaid
             self.consumer.qos.decrement_eventually(repaid)
         with self.lock:
+            self.in_flight -= 1
             waiting = bool(self.buffer)
         if waiting:
             self.flush()
