@@ -38,11 +38,14 @@ def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, i
         items = [(f"inbox-{i % inboxes}", "drain", f"{tag}-{i}", {"n": i}) for i in range(inboxes * per_wake)]
         for start in range(0, len(items), 1000):
             store.ingest_many(items[start:start + 1000])
-        # Statistics as autovacuum would have them on a long-lived inbox table, as for
-        # procrastinate's jobs below. Without them a worker's connections keep the generic
-        # plan PostgreSQL made for the claim while the table looked tiny (a hash join over a
-        # scan of every event), and each round drained slower: 469 -> 426 -> 310 wakes/s.
-        env.sql(ctx.main_db, "ANALYZE events")
+        # The tables as autovacuum would keep them on a long-lived installation, as
+        # procrastinate's table starts each run empty below. Without statistics a worker's
+        # connections keep the generic plan PostgreSQL made for the claim while the table
+        # looked tiny (a hash join over a scan of every event), and each round drained
+        # slower: 469 -> 426 -> 310 wakes/s. Without the VACUUM (autovacuum is off on the
+        # bench machine) each round's dead row versions stay in the pending-events index
+        # that every claim and take walks: 1.05 -> 0.76 -> 0.68x procrastinate over three runs.
+        env.sql(ctx.main_db, "VACUUM ANALYZE events, inboxes, runs")
 
         def fill() -> None:
             for i in range(inboxes):

@@ -153,6 +153,9 @@ class RunStep:
     events: list[Event]  # the next batch, claimed under the same generation
     released: bool  # True when nothing was left and the lease was given up
     memory: dict[str, Any] = field(default_factory=dict)  # as the finish left it, with a next batch
+    # With ``take_next``: after a release, the next inbox taken from the backlog in the same
+    # transaction, as ``start_next_run`` returns it (None: none was ready).
+    next: "tuple[str, RunStart] | None" = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ transaction is open (``dispatch`` sends between two of them).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -230,11 +231,21 @@ class Store:
 
     def finish_and_claim(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
                          outcome: Outcome | None = None, error: str | None = None, *,
-                         now: int | None = None) -> RunStep:
+                         now: int | None = None, take_next: Iterable[str] | None = None) -> RunStep:
         """``finish``, then the next ``claim`` (lease extended) or, when nothing is claimable,
-        the ``release``: one transaction instead of three."""
+        the ``release``: one transaction instead of three.
+
+        ``take_next`` (a draining worker's inboxes to skip): after a release, the same
+        transaction goes on as ``start_next_run`` and puts what it took in ``RunStep.next``,
+        one commit per drained wake instead of two. Should that commit's reply be lost, the
+        retried finish is refused (the lease is already given up) and the inbox taken waits
+        out its lease, as after a crash."""
         with self._transaction() as conn:
-            return runs.finish_and_claim(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
+            step = runs.finish_and_claim(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
+            if step.released and take_next is not None:
+                taken = backlog.take_next(conn, self.settings, holder, take_next, now)
+                return dataclasses.replace(step, next=taken)
+            return step
 
     # -- timers --------------------------------------------------------------------------
 

@@ -58,12 +58,25 @@ def get_agent() -> Agent:
 
 
 @dataclass
+class Drain:
+    """A draining task's way through the backlog (see ``_drain_backlog``)."""
+
+    until: float  # time.monotonic() after which it takes no more inboxes
+    skip: list[str]  # inboxes it handed back: not taken again by this task
+    taken: tuple[str, RunStart] | None = None  # taken by its last finish, not yet served
+
+    def open(self) -> bool:
+        return time.monotonic() < self.until
+
+
+@dataclass
 class HeldLease:
     store: Store
     inbox: str
     holder: str
     generation: int
     deadline: float  # time.monotonic() of the task's soft time limit
+    drain: Drain | None = None  # set when the task goes on with the backlog after this inbox
 
     def renew(self) -> bool:
         return _once_more_on_disconnect(lambda: self.store.renew(self.inbox, self.holder, self.generation))
@@ -88,15 +101,21 @@ def run_inbox(self, inbox: Any = None, drain: bool = False) -> dict[str, Any]:
     # From here on a ring queues a new task (this one may not reach its event); rings that
     # were coalesced onto this one while it was queued make it drain.
     drain = doorbell.started() or drain
+    backlog = None
+    if drain:
+        until = min(time.monotonic() + settings.drain_seconds, deadline - settings.run_time_limit / 2)
+        backlog = Drain(until, skip=[])
     with store.pinned():
-        summary = _run_inbox(store, agent, inbox, holder, deadline)
-        if drain and summary.get("inbox") is not None:
-            skip = [inbox] if summary.get("end") == "handed back" else []
-            summary["next"] = _drain_backlog(store, agent, holder, deadline, skip)
+        summary = _run_inbox(store, agent, inbox, holder, deadline, backlog)
+        if backlog is not None and summary.get("inbox") is not None:
+            if summary.get("end") == "handed back":
+                backlog.skip.append(inbox)
+            summary["next"] = _drain_backlog(store, agent, holder, deadline, backlog)
     return summary
 
 
-def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: float) -> dict[str, Any]:
+def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: float,
+               backlog: Drain | None) -> dict[str, Any]:
     try:
         start = store.start_run(inbox, holder)
     except InvalidEvent as exc:  # a malformed doorbell (missing or wrong-typed inbox)
@@ -105,32 +124,41 @@ def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: fl
         return {"inbox": None, "rejected": str(exc)}
     if start.generation is None:
         return {"inbox": inbox, "skipped": "nothing to claim, or another worker holds the lease"}
-    return _serve(HeldLease(store, inbox, holder, start.generation, deadline), agent, start)
+    _claimed(inbox, start.generation, start.events)
+    return _serve(HeldLease(store, inbox, holder, start.generation, deadline, backlog), agent, start)
 
 
 def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
-                   skip: list[str]) -> dict[str, Any]:
+                   backlog: Drain) -> dict[str, Any]:
     """For a draining ring (a coalesced one, which stands for the rings skipped while it was
     queued, or a sweep's, which stands for lost ones): once its own inbox is idle, the task
     takes the inbox with the oldest ready event and no live lease straight from the database
     (store/backlog.py) until none is left, for up to ``WAKEFUL_DRAIN_SECONDS``; past that it
     rings again so another task goes on. Each inbox taken rings (coalesced) so that a free
-    worker joins in. An inbox this task handed back is not taken again by it."""
+    worker joins in. An inbox this task handed back is not taken again by it.
+
+    A finish that releases its inbox while the drain is open takes the next inbox in its
+    own transaction (``Store.finish_and_claim(take_next=...)``): one commit per drained wake.
+    ``start_next_run`` takes one only when that did not happen (the first take, a finish
+    that was fenced or handed its inbox back)."""
     served: list[str] = []
-    until = min(time.monotonic() + settings.drain_seconds, deadline - settings.run_time_limit / 2)
     while True:
-        if time.monotonic() >= until:
-            if served:
-                doorbell.ring_backlog(served[-1])  # the backlog may not be empty: hand it on
-            break
-        got = store.start_next_run(holder, skip=skip)
+        got, backlog.taken = backlog.taken, None
         if got is None:
-            break
+            if not backlog.open():
+                if served:
+                    doorbell.ring_backlog(served[-1])  # the backlog may not be empty: hand it on
+                break
+            got = store.start_next_run(holder, skip=backlog.skip)
+            if got is None:
+                break
+            _claimed(got[0], got[1].generation, got[1].events)
         inbox, start = got
         served.append(inbox)
         doorbell.ring_backlog(inbox)
-        if _serve(HeldLease(store, inbox, holder, start.generation, deadline), agent, start)["end"] == "handed back":
-            skip.append(inbox)
+        lease = HeldLease(store, inbox, holder, start.generation, deadline, backlog)
+        if _serve(lease, agent, start)["end"] == "handed back":
+            backlog.skip.append(inbox)
     return {"inboxes": len(served), "first": served[:20]}
 
 
@@ -138,7 +166,6 @@ def _serve(lease: HeldLease, agent: Agent, start: RunStart) -> dict[str, Any]:
     """The runs of one inbox under one lease, from its first batch until it is released,
     handed back or fenced."""
     inbox = lease.inbox
-    _claimed(inbox, lease.generation, start.events)
     runs: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"inbox": inbox, "generation": lease.generation, "runs": runs}
     try:
@@ -222,15 +249,22 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     """Finish the run (fenced) and, unless this is the task's last run, claim the next batch."""
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     where = {"inbox": inbox, "generation": gen, "events": ids}
+    drain = lease.drain
+    take_next = drain.skip if drain is not None and drain.open() else None
     with faults.before_commit(store, "before_finish_commit", **where):
         if claim_next:
             step = _once_more_on_disconnect(lambda: store.finish_and_claim(
-                inbox, holder, gen, ids, outcome=outcome, error=error))
+                inbox, holder, gen, ids, outcome=outcome, error=error, take_next=take_next))
         else:
             step = RunStep(_once_more_on_disconnect(lambda: store.finish(
                 inbox, holder, gen, ids, outcome=outcome, error=error)),
                 events=[], released=False)
-    _claimed(inbox, gen, step.events)  # committed: logged before anything may stop this process
+    # Committed: logged before anything may stop this process.
+    _claimed(inbox, gen, step.events)
+    if step.next is not None:
+        assert drain is not None
+        drain.taken = step.next
+        _claimed(step.next[0], step.next[1].generation, step.next[1].events)
     faults.point("after_finish_commit", finished=step.finished, **where)
     if claim_next:
         fenced = not step.finished and not step.released and not step.events

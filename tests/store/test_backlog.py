@@ -50,3 +50,28 @@ def test_a_doorbell_for_work_already_done_leaves_no_lease(store: Store) -> None:
     assert store.status("a", now=T + 1).holder is None
     store.ingest("a", "chat", "a-2", {"n": 2}, now=T + 2)
     assert [e.source_id for e in store.start_run("a", "W2", now=T + 2).events] == ["a-2"]
+
+
+def test_a_finish_that_releases_takes_the_next_inbox_in_its_transaction(store: Store) -> None:
+    for inbox in ("a", "b", "c"):
+        store.ingest(inbox, "chat", f"{inbox}-1", {"n": 1}, now=T)
+    inbox, start = store.start_next_run("W", now=T)
+    assert inbox == "a"
+    step = store.finish_and_claim("a", "W", start.generation, [e.id for e in start.events],
+                                  Outcome(messages=["done a"]), now=T + 1, take_next=["b"])
+    assert step.finished and step.released and step.next is not None
+    taken, next_start = step.next  # b is skipped: c, leased and claimed in the same commit
+    assert taken == "c" and [e.source_id for e in next_start.events] == ["c-1"]
+    assert store.status("a", now=T + 1).holder is None and store.status("c", now=T + 1).holder == "W"
+    assert [e.status for e in store.events("a")] == ["done"] and store.outbox("a")[0].body == "done a"
+    assert store.events("c")[0].attempts == 1
+
+    # A finish that claims a next batch of its own inbox takes nothing; nor does a refused one.
+    store.ingest("c", "chat", "c-2", {"n": 2}, now=T + 1)
+    more = store.finish_and_claim("c", "W", next_start.generation, [next_start.events[0].id],
+                                  now=T + 2, take_next=[])
+    assert not more.released and [e.source_id for e in more.events] == ["c-2"] and more.next is None
+    stale = store.finish_and_claim("c", "W", next_start.generation - 1, [more.events[0].id],
+                                   now=T + 2, take_next=[])
+    assert not stale.finished and stale.next is None
+    assert store.events("b")[0].status == "pending"  # b was never taken: skipped above
