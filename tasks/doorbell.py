@@ -21,7 +21,6 @@ instead of a message per wake that costs the broker as much as the wake costs th
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -80,26 +79,12 @@ def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool 
     return len(names)
 
 
-# A draining process rings for joiners at most this often: while every worker is busy the
-# ring only counts onto the queued message, a Redis round trip per drained wake for nothing.
-BACKLOG_RING_GAP = 0.05  # seconds
-_last_backlog_ring = float("-inf")
-
-
-def ring_backlog(inbox: str, *, hand_on: bool = False) -> None:
+def ring_backlog(inbox: str) -> None:
     """From a draining task that just took ``inbox`` from the backlog: make sure another task
-    is queued to join in (coalesced: nothing is sent while one is; the one sent drains), at
-    most once per ``BACKLOG_RING_GAP``. ``hand_on``: the task stops draining and the backlog
-    may not be empty: ring now. Without coalescing the sweep's rings, one per inbox, are the
-    other drainers."""
-    global _last_backlog_ring
-    if _marker() is None:
-        return
-    now = time.monotonic()
-    if not hand_on and now - _last_backlog_ring < BACKLOG_RING_GAP:
-        return
-    _last_backlog_ring = now
-    ring(inbox, drain=True)
+    is queued to join in (coalesced: nothing is sent while one is; the one sent drains).
+    Without coalescing the sweep's rings, one per inbox, are the other drainers."""
+    if _marker() is not None:
+        ring(inbox, drain=True)
 
 
 def started() -> bool:

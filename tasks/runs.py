@@ -9,9 +9,9 @@ woke up again changes nothing.
 A single-batch wake costs two commits: ``start_run`` (acquire + claim + the inbox's memory)
 and ``finish_and_claim`` (finish + the next claim, or the release when nothing is left; a
 claim also extends the lease). A draining task's finish that releases also takes its next
-inbox from the backlog: one commit per drained wake. While the agent runs, the process's lease keeper renews the
-lease (the agent need not call ``run.heartbeat()``, though a long step may, to stop early
-once the lease is lost). The task's own transactions run on one pinned connection: one pool
+inbox from the backlog: one commit per drained wake. While the agent runs, the process's
+lease keeper renews the lease (the agent need not call ``run.heartbeat()``, though a long
+step may, to stop early once the lease is lost). The task's own transactions run on one pinned connection: one pool
 checkout (and pre-ping) per task, not one per transaction.
 
 One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; its last run finishes without
@@ -135,7 +135,7 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
     queued, or a sweep's, which stands for lost ones): once its own inbox is idle, the task
     takes the inbox with the oldest ready event and no live lease straight from the database
     (store/backlog.py) until none is left, for up to ``WAKEFUL_DRAIN_SECONDS``; past that it
-    rings again so another task goes on. Taking inboxes rings (coalesced, paced) so that a free
+    rings again so another task goes on. Each inbox taken rings (coalesced) so that a free
     worker joins in. An inbox this task handed back is not taken again by it.
 
     A finish that releases its inbox while the drain is open takes the next inbox in its
@@ -148,7 +148,7 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
         if got is None:
             if not backlog.open():
                 if served:
-                    doorbell.ring_backlog(served[-1], hand_on=True)
+                    doorbell.ring_backlog(served[-1])  # the backlog may not be empty: hand it on
                 break
             got = store.start_next_run(holder, skip=backlog.skip)
             if got is None:

@@ -62,23 +62,3 @@ def test_requeue_and_answer_ring_the_inbox(pg_url: str, redis_number: int, tmp_p
         assert not (tmp_path / "home").exists()  # nothing embedded was created
     finally:
         store.dispose()
-
-
-def test_a_draining_process_rings_for_joiners_at_most_once_per_gap(pg_url: str, redis_number: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    script = (
-        "import time\n"
-        "from tasks import doorbell\n"
-        "doorbell.ring_backlog('a')  # no task queued: a message, the marker at 1\n"
-        "doorbell.ring_backlog('b')  # within the gap: not even counted\n"
-        "doorbell.ring_backlog('c', hand_on=True)  # a drain ending: counted at once\n"
-        "time.sleep(doorbell.BACKLOG_RING_GAP)\n"
-        "doorbell.ring_backlog('d')  # past the gap: counted\n"
-        "print(int(doorbell._marker().get(doorbell.QUEUED_MARKER)))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WAKEFUL_")}
-    env.update(WAKEFUL_DATABASE_URL=pg_url, WAKEFUL_HOME=str(tmp_path / "home"),
-               WAKEFUL_BROKER_URL=f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_number}")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "3"  # a, c and d; b was paced away
-    assert rings(redis_number) == [("wakeful.run_inbox", "['a']")]  # one message stands for them
