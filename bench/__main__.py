@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                     _latency_unloaded_only(ctx, latency)
                 else:
                     latency.run(ctx)
+                latency.curve(ctx)
             elif name == "cost":
                 cost.run(ctx, start_wakeful)
             elif name == "scan":

@@ -108,3 +108,16 @@ def run(ctx: Context) -> None:
         ctx.progress(f"latency {rep + 1}/{ctx.sizes.reps} at half load ({wake_rate:,.0f}/s vs {peer_rate:,.0f}/s): "
                      f"wake p99 {res.samples['wake_p99_ms_half_load'][-1]:.2f} ms, "
                      f"celery p99 {res.samples['celery_p99_ms_half_load'][-1]:.2f} ms")
+
+
+def curve(ctx: Context) -> None:
+    """``BENCH_LOAD_RATES=20,60,120``: ingest -> agent called at each of these paced rates
+    (events/s), one run each, into the JSON's notes (``wake_latency_by_rate``): where the
+    latency leaves the unloaded figure, apart from how "half load" is defined."""
+    rates = [float(r) for r in os.environ.get("BENCH_LOAD_RATES", "").split(",") if r.strip()]
+    for rate in rates:
+        s = loaded(ctx, "wakeful", rate, ctx.sizes.load_seconds)
+        p50, p99 = percentile(s, 50), percentile(s, 99)
+        ctx.results.notes.setdefault("wake_latency_by_rate", {})[f"{rate:g}/s"] = {"p50_ms": round(p50, 1),
+                                                                                  "p99_ms": round(p99, 1)}
+        ctx.progress(f"latency at {rate:g} events/s: p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(s)} samples)")
