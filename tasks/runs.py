@@ -11,8 +11,8 @@ and ``finish_and_claim`` (finish + the next claim, or the release when nothing i
 claim also extends the lease). A draining task's finish that releases also takes its next
 inbox from the backlog: one commit per drained wake. While the agent runs, the process's
 lease keeper renews the lease (the agent need not call ``run.heartbeat()``, though a long
-step may, to stop early once the lease is lost). The task's own transactions run on one pinned connection: one pool
-checkout (and pre-ping) per task, not one per transaction.
+step may, to stop early once the lease is lost). The task's own transactions run on one
+pinned connection: one pool checkout (and pre-ping) per task, not one per transaction.
 
 One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; its last run finishes without
 claiming more, and the task hands the inbox back (``release(force=True)``) and rings again,
