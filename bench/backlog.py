@@ -56,8 +56,11 @@ def _drain(ctx: Context, store: Store, items: list, ring_inboxes: list[str], dra
     app.control.cancel_consumer(RUNS_QUEUE, destination=[w.nodename], reply=True, timeout=5)
     _store_backlog(store, items)
     env.sql(ctx.main_db, "ANALYZE events")
-    for inbox in ring_inboxes:  # the sweep's rings expire (so are never coalesced) and drain
-        ring(inbox, expires=30.0, drain=True) if drain else ring(inbox)
+    for inbox in ring_inboxes:
+        if drain:  # as the sweep rings: expiring (so never coalesced), and draining
+            ring(inbox, expires=30.0, drain=True)
+        else:
+            ring(inbox)
     start = time.perf_counter()
     app.control.add_consumer(RUNS_QUEUE, destination=[w.nodename], reply=True, timeout=5)
     seconds = (time.perf_counter() - start) + _wait_done(ctx.main_db)

@@ -13,9 +13,10 @@ event straight from the database (``tasks/runs.py``, ``store/backlog.py``) until
 and each inbox it takes rings again (coalesced, draining), so idle workers join in while a
 backlog lasts. A skipped ring is safe: its event was committed before the counter moved, so
 the queued task, which starts after that, finds it. A task that stands for its own ring alone
-serves its inbox and ends (no empty look at the backlog on an idle system). An idle system still gets one message per ring at
-once (the latency path); a busy one gets about one per free worker (the throughput path),
-instead of a message per wake that costs the broker as much as the wake costs the store.
+serves its inbox and ends (no empty look at the backlog on an idle system). An idle system
+still gets one message per ring at once (the latency path); a busy one gets about one per
+free worker (the throughput path), instead of a message per wake that costs the broker as
+much as the wake costs the store.
 """
 
 from __future__ import annotations
