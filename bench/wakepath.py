@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
@@ -90,6 +91,29 @@ def measure(store, loop, n: int, tag: str) -> dict[str, float]:
             **{k: v / n for k, v in counts.items()}}
 
 
+def drained(store, n: int, tag: str) -> dict[str, float]:
+    """A draining task's wakes without the agent and the doorbell: each finish that releases
+    its inbox takes the next one from the backlog in its transaction (``take_next``)."""
+    store.ingest_many([(f"{tag}-{i}", "wakepath", "e", {}) for i in range(n + 20)])
+    holder = f"bench:{os.getpid()}"
+    times = []
+    with store.pinned():
+        got = store.start_next_run(holder)
+        for i in range(n + 20):
+            if got is None:
+                raise RuntimeError(f"the backlog ran dry after {i} wakes")
+            if i == 20:
+                counts.clear()  # after the warm-up
+            inbox, start = got
+            began = time.perf_counter()
+            step = store.finish_and_claim(inbox, holder, start.generation, [e.id for e in start.events],
+                                          take_next=[])
+            times.append((time.perf_counter() - began) * 1000)
+            got = step.next
+    return {"wake_ms_p50": statistics.median(times[20:]), "to_agent_ms_p50": 0.0,
+            **{k: v / n for k, v in counts.items()}}
+
+
 def ingest_parts(pinged, unpinged, n: int) -> list[tuple[str, float, float]]:
     """(what, ms p50, statements) for the pieces of the wakeful.ingest task body."""
     from tasks.doorbell import ring
@@ -111,7 +135,8 @@ def ingest_parts(pinged, unpinged, n: int) -> list[tuple[str, float, float]]:
         ("Store.ingest (pool_pre_ping)", *timed(lambda k: pinged.ingest("ing", "p", k, {}))),
         ("Store.ingest (no pre-ping)", *timed(lambda k: unpinged.ingest("ing", "u", k, {}))),
         ("doorbell ring (send_task to Redis)", *timed(lambda k: ring("ing"))),
-        ("wakeful.ingest task body (store + ring)", *timed(lambda k: ingest_task.ingest.run("ing", "t", k, {}))),
+        ("wakeful.ingest task body, a batch of one (store + ring)",
+         *timed(lambda k: ingest_task.ingest.run([SimpleNamespace(args=("ing", "t", k, {}), kwargs={}, ignore_result=True)]))),
     ]
     env.redis_client().delete("wakeful.runs")  # the doorbells rung above: nobody runs them
     return out
@@ -128,6 +153,9 @@ def main() -> int:
     try:
         Store.connect(url).migrate()
         _install()
+        from tasks.doorbell import QUEUED_MARKER
+
+        env.redis_client().delete(QUEUED_MARKER)  # one left over would make run_inbox drain
         pinged = Store.connect(url, pool_size=1)
         unpinged = Store(create_engine(url, pool_size=1, pool_pre_ping=False), pinged.settings)
         rows = [
@@ -135,6 +163,7 @@ def main() -> int:
             ("start_run + finish_and_claim (pool_pre_ping)", measure(pinged, combined, n, "b")),
             ("start_run + finish_and_claim, one pinned connection", measure(pinged, pinned, n, "d")),
             ("start_run + finish_and_claim (no pre-ping)", measure(unpinged, combined, n, "c")),
+            ("a drained wake: finish_and_claim(take_next=...), pinned", drained(pinged, n, "e")),
         ]
         print(f"| store side of one wake, {n} wakes, 1 event each | wake ms p50 | to agent ms p50 | "
               "statements | commits | pool checkouts |")

@@ -21,7 +21,7 @@ from .settings import StoreSettings
 from .tables import events, inboxes, memory, status_is
 
 
-_LOCK = plans.cached(
+LOCK = plans.cached(
     select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
            NOW.label("now"))
     .where(inboxes.c.inbox == bindparam("p_inbox"))
@@ -36,7 +36,7 @@ def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
     row while this one waited for the lock, PostgreSQL re-reads the row, and the clock, before
     returning it; a clock read before an uneventful wait errs on the side of the lease's
     existing state, never towards a takeover."""
-    return plans.execute(conn, _LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
+    return plans.execute(conn, LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
 
 
 @functools.cache
@@ -119,9 +119,19 @@ def holds(conn: Connection, inbox: str, holder: str, generation: int, now: int |
     """Lock the inbox and return the database's now if (holder, generation) holds a live
     lease, else None. Every fenced write starts here, in its own transaction."""
     row = lock(conn, inbox, now)
-    if row is None or row.holder != holder or row.generation != generation or row.lease_until < row.now:
+    if row is None or not is_held(row, holder, generation):
         return None
     return int(row.now)
+
+
+def is_held(row: Any, holder: str, generation: int) -> bool:
+    """Whether a row read by ``lock`` shows a live lease of (holder, generation)."""
+    return row.holder == holder and row.generation == generation and row.lease_until >= row.now
+
+
+def held_by(lease: Any, holder: Any, generation: Any) -> Any:  # type: ignore[no-untyped-def]
+    """``is_held`` in SQL, over ``lock``'s columns (``lease``: a CTE's ``.c``)."""
+    return and_(lease.holder == holder, lease.generation == generation, lease.lease_until >= lease.now)
 
 
 def renew(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int, now: int | None) -> bool:

@@ -60,6 +60,11 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._pid: int | None = None  # the process whose thread runs (a fork has none)
+        # When the thread wakes up next on its own (time.monotonic()), and how long it sleeps
+        # with nothing held. A run whose first renewal is due after that wake-up needs no
+        # notify: back-to-back wakes would otherwise wake the thread once each, for nothing.
+        self._next_wake = 0.0
+        self._idle_wait = 1.0
 
     @contextmanager
     def holding(self, renew: Callable[[], bool], ttl: float, deadline: float, name: str) -> Iterator[Held]:
@@ -67,18 +72,22 @@ class LeaseKeeper:
         held = Held(renew, every, deadline, name, due=time.monotonic() + every)
         with self._lock:
             self._held[id(held)] = held
-            self._start_if_needed()
-            self._wake.notify()
+            self._idle_wait = every
+            if self._start_if_needed() or held.due < self._next_wake:
+                self._wake.notify()
         try:
             yield held
         finally:
             with self._lock:
                 self._held.pop(id(held), None)
 
-    def _start_if_needed(self) -> None:
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            threading.Thread(target=self._keep, name="lease-keeper", daemon=True).start()
+    def _start_if_needed(self) -> bool:
+        if self._pid == os.getpid():
+            return False
+        self._pid = os.getpid()
+        self._next_wake = time.monotonic()  # until the new thread sets its own
+        threading.Thread(target=self._keep, name="lease-keeper", daemon=True).start()
+        return True
 
     def _keep(self) -> None:
         while True:
@@ -86,8 +95,8 @@ class LeaseKeeper:
                 now = time.monotonic()
                 due = [h for h in self._held.values() if h.due <= now]
                 if not due:
-                    nearest = min((h.due for h in self._held.values()), default=now + 3600)
-                    self._wake.wait(nearest - now)
+                    self._next_wake = min((h.due for h in self._held.values()), default=now + self._idle_wait)
+                    self._wake.wait(self._next_wake - now)
                     continue
             for held in due:  # outside the lock: a renewal is a database round trip
                 self._tick(held)

@@ -233,3 +233,20 @@ def test_the_lease_keeper_renews_each_held_run_until_it_ends_is_refused_or_runs_
     time.sleep(0.3)
     assert renewed == ended  # nothing renewed once the runs ended
     assert ended["a"] >= 3 and ended["b"] == 1 and ended["c"] <= 2  # c passed its deadline
+
+
+def test_the_lease_keeper_wakes_for_a_run_due_before_its_own_next_wake_up() -> None:
+    """It sleeps a long lease's third with nothing held and is not woken by runs due after
+    that; a run due sooner (a shorter lease) must wake it, or it would lapse unrenewed."""
+    import time
+
+    from tasks.lease_keeper import LeaseKeeper
+
+    keeper = LeaseKeeper()
+    far = time.monotonic() + 60
+    with keeper.holding(lambda: True, 30, far, "long"):
+        time.sleep(0.05)  # the thread is up and asleep until the long lease's first renewal
+    renewals = []
+    with keeper.holding(lambda: renewals.append(time.monotonic()) or True, 0.15, far, "short"):
+        time.sleep(0.4)
+    assert len(renewals) >= 3  # every 0.05 s, not after the 10 s idle sleep

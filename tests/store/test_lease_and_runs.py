@@ -278,6 +278,28 @@ def test_a_fenced_finish_writes_nothing(store: Store) -> None:
     assert store.counters()["lease_takeovers"] == 1
 
 
+@pytest.mark.parametrize("finish", ["finish", "finish_and_claim"])
+def test_a_finish_past_its_lease_is_refused_though_nobody_took_over(store: Store, finish: str) -> None:
+    """The lease lapsed and no one took the inbox: the run's rows are still `running` under
+    its generation, so only the lease check (in the same statement as the done-marking, on
+    PostgreSQL) stands between a stalled worker and a late finish."""
+    fill(store, "a", "m-1")
+    start = store.start_run("a", "A", now=T)
+    ids = [e.id for e in start.events]
+    late = getattr(store, finish)("a", "A", start.generation, ids, Outcome(messages=["late"]), now=T + TTL + 1)
+    assert (late if finish == "finish" else late.finished) is False
+    assert store.outbox("a") == [] and store.runs("a") == []
+    assert statuses(store, "a") == {"m-1": ("running", 1)}
+    assert store.counters()["stale_finishes_refused"] == 1
+    # The same holder back with a new generation: the old generation's finish is refused too.
+    again = store.start_run("a", "A", now=T + TTL + 2)
+    assert again.generation == start.generation + 1
+    late = getattr(store, finish)("a", "A", start.generation, ids, now=T + TTL + 3)
+    assert (late if finish == "finish" else late.finished) is False
+    assert statuses(store, "a") == {"m-1": ("running", 2)}
+    assert store.counters()["stale_finishes_refused"] == 2
+
+
 def test_a_retried_finish_is_refused_and_writes_nothing_twice(store: Store) -> None:
     fill(store, "a", "m-1")
     gen = store.acquire("a", "A", now=T)
