@@ -161,17 +161,17 @@ def resign(conn: Connection, inbox: str) -> None:
 
 
 def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
-                   statement: Update | None = None, params: dict[str, Any] | None = None) -> bool:
+                   statement: Update | None = None, params: dict[str, Any] | None = None) -> Any:
     """For the holder, under the inbox lock: resign if nothing is claimable now, else extend
-    the lease for the claim that follows. One statement either way; True if it resigned.
-    (Claimable work cannot vanish before that claim: only claims under this lock take it.)
+    the lease for the claim that follows. One statement either way; its row, whose first
+    column is the holder it left (None: it resigned). (Claimable work cannot vanish before
+    that claim: only claims under this lock take it.)
 
-    ``statement``: ``RESIGN_OR_EXTEND`` with more in front of it (a data-modifying CTE, and
-    its ``params``), so a caller's last write rides in the same round trip."""
-    holder = plans.execute(conn, RESIGN_OR_EXTEND if statement is None else statement,
-                          {**(params or {}), "p_inbox": inbox, "p_now": now,
-                           "p_until": now + s.lease_ttl}).scalar_one()
-    return holder is None
+    ``statement``: ``RESIGN_OR_EXTEND`` with more around it (data-modifying CTEs, and their
+    ``params``), so a caller's last write, or next read, rides in the same round trip."""
+    return plans.execute(conn, RESIGN_OR_EXTEND if statement is None else statement,
+                         {**(params or {}), "p_inbox": inbox, "p_now": now,
+                          "p_until": now + s.lease_ttl}).one()
 
 
 def claimable(inbox: Any, generation: Any, now: Any):  # type: ignore[no-untyped-def]

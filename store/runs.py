@@ -69,12 +69,14 @@ def finish(conn: Connection, s: StoreSettings, inbox: str, holder: str, generati
 
 def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
                      event_ids: Iterable[int], outcome: Outcome | None, error: str | None,
-                     now: int | None) -> RunStep:
+                     now: int | None, resign: Any = runlog.LOG_AND_RESIGN_OR_EXTEND) -> tuple[RunStep, Any]:
     """finish + the next claim (with the memory as this finish left it), or the release when
-    nothing is left, in one transaction."""
+    nothing is left, in one transaction. Returns the step and, when it released, the row of
+    the statement that did (``resign``: ``runlog.LOG_AND_RESIGN_OR_EXTEND``, or a variant
+    that does more in the same round trip, ``backlog.LOG_RESIGN_AND_TAKE``), else None."""
     now, finished, log = _hold_and_finish(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
     if now is None:
-        return RunStep(finished=False, events=[], released=False)
+        return RunStep(finished=False, events=[], released=False), None
     if not finished:
         # The lease is still this generation's, so its events were finished by an earlier
         # call of this generation whose reply was lost: answer as that call did, with the
@@ -82,11 +84,12 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
         lost = claims.held(conn, inbox, generation)
         if lost:
             leases.extend(conn, s, inbox, now)
-            return RunStep(True, lost, released=False, memory=memory.read(conn, inbox))
-    if _log_and_resign_if_idle(conn, s, inbox, now, log):  # else a full lease for the next batch
-        return RunStep(finished, [], released=True)
+            return RunStep(True, lost, released=False, memory=memory.read(conn, inbox)), None
+    resigned, row = _log_and_resign_if_idle(conn, s, inbox, now, log, resign)
+    if resigned:  # else a full lease for the next batch
+        return RunStep(finished, [], released=True), row
     batch = claims.claim_batch(conn, s, inbox, generation, now)
-    return RunStep(finished, batch, released=False, memory=memory.read(conn, inbox) if batch else {})
+    return RunStep(finished, batch, released=False, memory=memory.read(conn, inbox) if batch else {}), None
 
 
 def _hold_and_finish(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
@@ -114,14 +117,16 @@ def _hold_and_finish(conn: Connection, s: StoreSettings, inbox: str, holder: str
 
 
 def _log_and_resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
-                            log: dict[str, Any] | None) -> bool:
+                            log: dict[str, Any] | None, statement: Any) -> tuple[bool, Any]:
     """Write the run's log row (if any) and ``leases.resign_if_idle``: on PostgreSQL, one
-    statement (a data-modifying CTE), one round trip less on every wake."""
+    statement (``statement``, a data-modifying CTE), one round trip less on every wake.
+    (resigned, that statement's row, or None where it was not the one sent)."""
     if log is not None and conn.dialect.name == "postgresql":
-        return leases.resign_if_idle(conn, s, inbox, now, runlog.LOG_AND_RESIGN_OR_EXTEND, log)
+        row = leases.resign_if_idle(conn, s, inbox, now, statement, log)
+        return row[0] is None, row
     if log is not None:
         conn.execute(runlog.LOG_RUN, log)
-    return leases.resign_if_idle(conn, s, inbox, now)
+    return leases.resign_if_idle(conn, s, inbox, now)[0] is None, None
 
 
 def _mine(ids: Any) -> Any:  # type: ignore[no-untyped-def]

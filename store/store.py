@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, plans, runs, timers, validate
+from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, plans, runlog, runs, timers, validate
 from . import counters as counter_rules
 from . import grants as grant_rules
 from . import hook_secrets as hook_secret_rules
@@ -240,10 +240,15 @@ class Store:
         one commit per drained wake instead of two. Should that commit's reply be lost, the
         retried finish is refused (the lease is already given up) and the inbox taken waits
         out its lease, as after a crash."""
+        skip = None if take_next is None else list(take_next)
+        # Nothing to skip: the release and the next inbox's lock are one statement.
+        merged = skip == []
+        resign = backlog.LOG_RESIGN_AND_TAKE if merged else runlog.LOG_AND_RESIGN_OR_EXTEND
         with self._transaction() as conn:
-            step = runs.finish_and_claim(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
-            if step.released and take_next is not None:
-                taken = backlog.take_next(conn, self.settings, holder, take_next, now)
+            step, row = runs.finish_and_claim(conn, self.settings, inbox, holder, gen, event_ids,
+                                              outcome, error, now, resign)
+            if step.released and skip is not None:
+                taken = backlog.take_next(conn, self.settings, holder, skip, now, row if merged else None)
                 return dataclasses.replace(step, next=taken)
             return step
 
