@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sqlalchemy import event
+
 from store import Outcome, RunStart, Store
 
 T = 1_000_000
@@ -75,3 +77,53 @@ def test_a_finish_that_releases_takes_the_next_inbox_in_its_transaction(store: S
                                    now=T + 2, take_next=[])
     assert not stale.finished and stale.next is None
     assert store.events("b")[0].status == "pending"  # b was never taken: skipped above
+
+
+def test_a_release_with_nothing_to_skip_takes_the_next_inbox_in_the_same_statement(store: Store) -> None:
+    """``take_next=[]``: on PostgreSQL the statement that resigns also locks the next inbox
+    (backlog.LOG_RESIGN_AND_TAKE). Its snapshot sees the released inbox still leased, held
+    inboxes are passed over, and an inbox with no row yet is found by the fallback take."""
+    store.ingest("a", "chat", "a-1", {"n": 1}, now=T)
+    store.ingest("held", "chat", "h-1", {"n": 2}, now=T)
+    store.ingest("b", "chat", "b-1", {"n": 3}, now=T)
+    store.ingest("c", "chat", "c-1", {"n": 4}, now=T)
+    for inbox in ("a", "b", "c"):  # rows for them, released unclaimed: the merged take finds them
+        assert store.release(inbox, "setup", store.acquire(inbox, "setup", now=T), now=T, force=True)
+    assert store.start_run("held", "other", now=T).generation == 1
+    inbox, start = store.start_next_run("W", now=T)
+    assert inbox == "a"
+    store.ingest("a", "chat", "a-2", {"n": 5}, now=T)  # a has work again after its claim
+
+    # Not released (a-2 is claimable): a's next batch, and no other inbox locked.
+    step = store.finish_and_claim("a", "W", start.generation, [e.id for e in start.events], now=T + 1, take_next=[])
+    assert not step.released and step.next is None and [e.source_id for e in step.events] == ["a-2"]
+    assert store.status("b", now=T + 1).holder is None
+    # Released: b (the oldest ready inbox nobody holds; "held" is passed over) in the same commit,
+    # on PostgreSQL in 3 statements: check-and-done, log-resign-and-take, b's lease and claim.
+    sent: list[str] = []
+
+    def count(conn, cursor, statement, *rest) -> None:  # type: ignore[no-untyped-def]
+        sent.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    step = store.finish_and_claim("a", "W", start.generation, [e.id for e in step.events], now=T + 2, take_next=[])
+    event.remove(store.engine, "before_cursor_execute", count)
+    if store.engine.dialect.name == "postgresql":
+        assert len(sent) == 3, sent
+    assert step.released and step.next is not None
+    taken, b = step.next
+    assert taken == "b" and [e.source_id for e in b.events] == ["b-1"] and b.generation == 2
+    assert store.status("b", now=T + 2).holder == "W" and store.status("a", now=T + 2).holder is None
+    assert [list(r.event_ids) for r in store.runs("a")][-1] == [e.id for e in store.events("a")][-1:]
+
+    # "new" has never been woken (no inbox row): the merged take cannot see it, the fallback can.
+    store.ingest("new", "chat", "n-1", {"n": 6}, now=T + 2)
+    step = store.finish_and_claim("b", "W", b.generation, [e.id for e in b.events], now=T + 3, take_next=[])
+    assert step.next is not None and step.next[0] == "c"
+    c = step.next[1]
+    step = store.finish_and_claim("c", "W", c.generation, [e.id for e in c.events], now=T + 4, take_next=[])
+    assert step.next is not None and step.next[0] == "new"
+    last = step.next[1]
+    step = store.finish_and_claim("new", "W", last.generation, [e.id for e in last.events], now=T + 5, take_next=[])
+    assert step.released and step.next is None  # only "held" is left, and it is held
+    assert {e.source_id: e.status for e in store.events("held")} == {"h-1": "running"}
