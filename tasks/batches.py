@@ -23,8 +23,13 @@ and installing it moves Celery back to 5.6, while wakeful is verified on 5.7.
 - **ETA.** A message with a future ``eta`` (a batch handed back with a countdown) joins the
   buffer when it is due; ``expires`` and revocations are not looked at.
 - **Acks.** Every message is acked after the batch call returned (its events committed) and
-  requeued if the call raised or its pool process died (SIGKILL, the hard time limit), so a
-  worker killed mid-batch loses nothing.
+  requeued if its pool process died (SIGKILL, the hard time limit), so a worker killed
+  mid-batch loses nothing.
+- **A batch that raises** is run again one message at a time, so a message that makes it
+  raise holds up only itself: the rest are acked as their calls return. A message whose call
+  raises alone goes to the task's ``failed(item, exc)``, which settles it (sent back for later,
+  or recorded and dropped at a cap: ``tasks/ingest.py``) or leaves it to be requeued (the
+  default). Requeued at once, a message that always raises would come back forever.
 - **Without an event loop** (the embedded broker's polling transport, where Celery applies a
   changed prefetch only between polls of up to 2 s) every message is its own batch, flushed at
   once and lent nothing, as for any task. Batches are for Redis.
@@ -66,20 +71,41 @@ class BatchTask(Task):
     flush_every = 100
     flush_seconds = 0.02
 
+    def failed(self, item: BatchItem, exc: Exception) -> bool:
+        """A message whose call raised on its own: True if this settled it (acked), False to
+        requeue it. Requeued at once, a message that always raises comes back forever:
+        override with something bounded."""
+        return False
+
     def Strategy(self, task: Any, app: Any, consumer: Any) -> Any:  # noqa: N802 (Celery's name)
         return _Batcher(task, consumer).on_message
 
 
-def run_batch(name: str, items: list[BatchItem]) -> bool:
-    """In the pool process: the task's ``run`` on the batch; False if it raised."""
+def run_batch(name: str, items: list[BatchItem]) -> list[bool]:
+    """In the pool process: the task's ``run`` on the batch. Per message, whether it is
+    settled (acked) rather than requeued."""
     from celery import current_app
 
+    task = current_app.tasks[name]
     try:
-        current_app.tasks[name].run(items)
+        task.run(items)
+        return [True] * len(items)
+    except Exception:  # noqa: BLE001 - find the message that raised, below; say why here
+        log.exception("batch of %d %s messages raised; running them one at a time", len(items), name)
+    return [_alone(task, item) for item in items]
+
+
+def _alone(task: Any, item: BatchItem) -> bool:
+    try:
+        task.run([item])
         return True
-    except Exception:  # noqa: BLE001 - the messages are requeued, not lost; say why here
-        log.exception("batch of %d %s messages raised; they are requeued", len(items), name)
-        return False
+    except Exception as exc:  # noqa: BLE001 - the task's failed() decides; nothing is lost
+        log.exception("%s message %s raised on its own", task.name, item.id)
+        try:
+            return bool(task.failed(item, exc))
+        except Exception:  # noqa: BLE001
+            log.exception("%s message %s: failed() raised too; it is requeued", task.name, item.id)
+            return False
 
 
 class _Batcher:
@@ -141,17 +167,19 @@ class _Batcher:
             self.in_flight += 1
         self.consumer.pool.apply_async(
             run_batch, (self.task.name, [item for item, _, _ in batch]),
-            callback=lambda ok: self._settle(batch, ok is True),
+            callback=lambda settled: self._settle(batch, settled),
             error_callback=lambda exc: self._lost(batch, exc))
 
     def _lost(self, batch: list[Any], exc: Any) -> None:
         log.warning("a batch's pool process was lost (%s); its messages are requeued", exc)
-        self._settle(batch, False)
+        self._settle(batch, [False] * len(batch))
 
-    def _settle(self, batch: list[Any], done: bool) -> None:
+    def _settle(self, batch: list[Any], settled: Any) -> None:
+        if not isinstance(settled, list) or len(settled) != len(batch):  # never leave one unsettled
+            settled = [False] * len(batch)
         errors = self.consumer.connection_errors
-        for _, message, _ in batch:
-            if done:
+        for (_, message, _), done in zip(batch, settled):
+            if done is True:
                 message.ack_log_error(log, errors)
             else:
                 message.reject_log_error(log, errors, requeue=True)

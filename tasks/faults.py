@@ -7,7 +7,8 @@ lines are such entries). Actions:
 - ``log``: record that the point was reached and go on (the fault tests' claim log);
 - ``block``: record it, then sleep forever (the test SIGKILLs or SIGSTOPs the process);
 - ``exit``: record it, then ``os._exit(70)`` (a process dying at that exact point);
-- ``sleep=S``: record it, sleep S seconds, go on (a stall, e.g. past the lease).
+- ``sleep=S``: record it, sleep S seconds, go on (a stall, e.g. past the lease);
+- ``raise``: record it, then raise ``FaultRaised`` (a bug or an unexpected error there).
 
 With ``:n`` the action is taken the n-th time this process reaches the point; the earlier
 times are only logged. Every reach of a named point appends one JSON line (point, action,
@@ -44,7 +45,11 @@ POINTS = (
     "during_scan",            # the timer scan fired timers, its COMMIT not yet sent
     "before_ingest_commit",   # a batch of ingest messages written, its COMMIT not yet sent
 )
-ACTIONS = ("log", "block", "exit", "sleep")
+ACTIONS = ("log", "block", "exit", "sleep", "raise")
+
+
+class FaultRaised(RuntimeError):
+    """What a point named with the ``raise`` action raises."""
 
 
 class FaultSpecError(ValueError):
@@ -102,6 +107,8 @@ def _reach(name: str, spec: tuple[str, float, int], context: dict[str, Any]) -> 
         os._exit(70)
     if action == "sleep":
         time.sleep(seconds)
+    if action == "raise":
+        raise FaultRaised(f"{ENV}: {name} (reach {count})")
 
 
 def _announce(name: str, action: str, count: int, context: dict[str, Any]) -> None:

@@ -12,7 +12,10 @@ than 20 ms): a batch goes into one ``Store.ingest_many`` (one transaction) and o
 doorbell for the inboxes with a new event. Each message is acked once its event is committed. A bad message
 is refused alone: the others in its batch are stored. A database that cannot be reached is
 tried again a few times, then the batch's messages are sent again with a countdown (as
-Celery's own retry would), so an outage never loses an event.
+Celery's own retry would), so an outage never loses an event. A message on which the task
+raises anything else (a bug, a result backend that refuses) is sent back with a countdown
+too, counted apart; the fourth time it is recorded as rejected, with the error, and dropped:
+it cannot hold a worker in a loop.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ EXCERPT_CHARS = 1000
 _PAUSES = (0.2, 1.0, 3.0)
 _COUNTDOWNS = (5, 15, 60)
 _HANDED_BACK = "wakeful_ingest_handed_back"  # header: how often a message was sent back
+_FAILURES = "wakeful_ingest_failures"  # header: how often the task raised on it alone
 # The database went away (a dropped connection can also surface as InterfaceError): the
 # messages are kept, never refused for it.
 _OUTAGE = (OperationalError, InterfaceError)
@@ -52,7 +56,23 @@ def accepts(inbox: Any = None, source: Any = None, source_id: Any = None, payloa
     """What one ``wakeful.ingest`` message carries (the guard checks messages against it)."""
 
 
-@app.task(name="wakeful.ingest", base=BatchTask, accepts=staticmethod(accepts))
+def failed(item: Any, exc: Exception) -> bool:
+    """tasks/batches.py: the task raised on this message alone. Sent back with a countdown,
+    up to ``len(_COUNTDOWNS)`` times; then recorded as rejected and dropped (acked). False
+    (requeue) only if neither could be done."""
+    failures = int(item.headers.get(_FAILURES) or 0) + 1
+    reason = f"the ingest task raised on this message {failures} times: {type(exc).__name__}: {exc}"
+    if failures <= len(_COUNTDOWNS):
+        _hand_back([item], exc, failures=failures)
+        return True
+    fields, _ = _fields(item.args, item.kwargs)
+    _refuse(get_store(), reason[:500], fields)
+    if not item.ignore_result:
+        app.backend.mark_as_done(item.id, {"stored": False, "rejected": reason[:500]}, request=item)
+    return True
+
+
+@app.task(name="wakeful.ingest", base=BatchTask, accepts=staticmethod(accepts), failed=staticmethod(failed))
 def ingest(requests: list[Any]) -> dict[str, int]:
     """Store a batch of events once each; new ones ring their inboxes' doorbells."""
     store = get_store()
@@ -139,15 +159,20 @@ def _with_pauses(call: Any) -> Any:
     return call()
 
 
-def _hand_back(requests: list[Any], exc: Exception) -> None:
-    """The database stayed away: send these messages again with a countdown, so they are
-    acked here without being lost (each goes back to the queue as itself)."""
+def _hand_back(requests: list[Any], exc: Exception, failures: int | None = None) -> None:
+    """Send these messages again with a countdown, so they are acked here without being lost
+    (each goes back to the queue as itself): the database stayed away, or (``failures``) the
+    task raised on the message for the n-th time."""
     for request in requests:
         times = int(request.headers.get(_HANDED_BACK) or 0)
-        countdown = _COUNTDOWNS[min(times, len(_COUNTDOWNS) - 1)]
+        headers = {_HANDED_BACK: times, _FAILURES: int(request.headers.get(_FAILURES) or 0)}
+        if failures is None:
+            headers[_HANDED_BACK] = times + 1
+        else:
+            headers[_FAILURES] = failures
+        countdown = _COUNTDOWNS[min((failures or headers[_HANDED_BACK]) - 1, len(_COUNTDOWNS) - 1)]
         app.send_task("wakeful.ingest", args=request.args, kwargs=request.kwargs, task_id=request.id,
-                      countdown=countdown, headers={_HANDED_BACK: times + 1},
-                      ignore_result=request.ignore_result)
+                      countdown=countdown, headers=headers, ignore_result=request.ignore_result)
     log.warning("ingest: %d messages sent back for later (%s: %s)", len(requests), type(exc).__name__, exc)
 
 

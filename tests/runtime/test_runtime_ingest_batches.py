@@ -103,3 +103,60 @@ def test_a_database_outage_during_a_batch_loses_nothing(make_cluster, pg_url) ->
     assert sorted(e.source_id for i in range(2) for e in c.store.events(f"o{i}")) == sorted(
         f"m-{n}" for n in range(10))
     assert [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"] == []
+
+
+def _reached(log_path) -> list[dict]:  # type: ignore[no-untyped-def]
+    lines = log_path.read_text().splitlines() if log_path.exists() else []
+    return [json.loads(line) for line in lines if "before_ingest_commit" in line]
+
+
+@pytest.mark.parametrize("backend", REDIS_PG)
+def test_a_batch_that_raises_is_run_again_one_message_at_a_time(make_cluster, tmp_path) -> None:
+    """A batch raises before its commit (an unexpected error, not an outage): its messages
+    are not requeued together but run again one at a time, each acked as it is stored;
+    nothing is refused."""
+    log_path = tmp_path / "faults.jsonl"
+    c = make_cluster(env={"WAKEFUL_FAULTS": "before_ingest_commit:raise:2", "WAKEFUL_FAULTS_LOG": str(log_path)})
+    control = next(p for p in c.procs.procs if p.name == "control")
+    c.procs.stop(control)  # the messages wait: the first goes alone (nothing in flight), the rest together
+    for n in range(8):
+        c.ingest(f"r{n % 2}", "chat", f"m-{n}", {"text": f"hi {n}", "silent": True})
+    # One pool process, so its second batch (the one that raises) is the seven waiting messages.
+    c.procs.wait_ready(c.procs.worker("control", CONTROL_QUEUES, concurrency=1))
+    c.wait(lambda: all(c.settled(f"r{i}", 4) for i in range(2)), "every event stored and run", timeout=60)
+    assert sorted(e.source_id for i in range(2) for e in c.store.events(f"r{i}")) == sorted(
+        f"m-{n}" for n in range(8))
+    assert [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"] == []
+    reached = _reached(log_path)
+    raised = [n for n, r in enumerate(reached) if r["action"] == "raise"]
+    assert len(raised) == 1 and reached[raised[0]]["messages"] > 1
+    again = reached[raised[0] + 1:raised[0] + 1 + reached[raised[0]]["messages"]]
+    assert [r["messages"] for r in again] == [1] * reached[raised[0]]["messages"]  # one at a time
+
+
+@pytest.mark.parametrize("backend", REDIS_PG)
+def test_a_message_the_task_always_raises_on_is_sent_back_then_recorded(make_cluster, tmp_path) -> None:
+    """Every ingest raises: a message is sent back with a countdown (not requeued at once,
+    which would loop forever), and one that comes back the fourth time is recorded as
+    rejected, with the error, and dropped."""
+    log_path = tmp_path / "faults.jsonl"
+    c = make_cluster(env={"WAKEFUL_FAULTS": "before_ingest_commit:raise", "WAKEFUL_FAULTS_LOG": str(log_path)})
+    c.client.send_task("wakeful.ingest", kwargs={"inbox": "p", "source": "chat", "source_id": "last-try",
+                                                  "payload": {}}, headers={"wakeful_ingest_failures": 3})
+    refused = c.wait(lambda: [r for r in c.store.rejections() if r.source_id == "last-try"],
+                     "the fourth failure recorded", timeout=30)
+    assert "raised on this message 4 times: FaultRaised" in refused[0].reason
+    assert refused[0].origin == "task:wakeful.ingest" and refused[0].inbox == "p"
+
+    c.client.send_task("wakeful.ingest", kwargs={"inbox": "p", "source": "chat", "source_id": "first-try",
+                                                  "payload": {}})
+    control_log = c.home / "logs" / "control.log"
+    c.wait(lambda: "messages sent back for later (FaultRaised" in control_log.read_text(),
+           "the message sent back with a countdown", timeout=30)
+    before = len(_reached(log_path))
+    import time
+
+    time.sleep(2)  # within the 5 s countdown: it does not come back meanwhile
+    assert len(_reached(log_path)) == before
+    assert [r.source_id for r in c.store.rejections() if r.inbox == "p"] == ["last-try"]
+    assert c.store.events("p") == []
