@@ -11,7 +11,7 @@ import logging
 import pytest
 from sqlalchemy import event, text
 
-from store import Outcome, Store, plans
+from store import Outcome, Store, backlog, plans, runs
 
 pytestmark = pytest.mark.postgres
 T = 1_000_000
@@ -41,7 +41,13 @@ def _a_day_of_wakes(store: Store) -> list[tuple]:
     answers.append(store.renew("in-1", "W", start.generation, now=T + 4))
     answers.append(store.release("in-1", "W", start.generation, now=T + 4))
     skipped = store.start_next_run("W", skip=["in-2"], now=T + 5)  # the skipping take: plain
-    answers.append(skipped[0] if skipped else None)
+    assert skipped is not None
+    answers.append(skipped[0])
+    inbox, start = skipped  # a drainer's finish: the release and the next take in one statement
+    step = store.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events], now=T + 6,
+                                  take_next=[])
+    assert step.next is not None
+    answers.append((step.released, step.next[0], [e.source_id for e in step.next[1].events]))
     answers.append([(r.inbox, r.generation, r.outcome, list(r.event_ids)) for i in range(6) for r in store.runs(f"in-{i}")])
     return answers
 
@@ -54,6 +60,8 @@ def test_behind_a_pooler_the_hot_statements_run_as_functions_and_answer_alike(pg
         first = _a_day_of_wakes(pooled)
         calls = [s for s in seen if "wakeful_plan_" in s]
         assert len(calls) >= 8  # take, claim, finish, lock, resign-or-extend, lock_or_create ...
+        for statement in (backlog.LOG_RESIGN_AND_TAKE, runs._HOLD_AND_DONE):
+            assert any(plans._plans[id(statement)].name in s for s in calls)
         assert not any(s.lstrip().startswith("WITH picked") for s in seen)  # the claim ran inside
         # The same calls through the plain statements, on the same data from the start:
         with plain._transaction() as conn:
