@@ -250,3 +250,24 @@ def test_the_lease_keeper_wakes_for_a_run_due_before_its_own_next_wake_up() -> N
     with keeper.holding(lambda: renewals.append(time.monotonic()) or True, 0.15, far, "short"):
         time.sleep(0.4)
     assert len(renewals) >= 3  # every 0.05 s, not after the 10 s idle sleep
+
+
+@pytest.mark.parametrize("recruit_after, rings", [(3600.0, 0), (0.0, 6)])
+def test_a_drainer_rings_for_help_only_once_it_has_drained_for_a_while(
+        store, monkeypatch: pytest.MonkeyPatch, recruit_after: float, rings: int) -> None:  # type: ignore[no-untyped-def]
+    """A burst one task clears at once recruits no other run task (it would take a pool
+    process from ingest); a drain that lasts past RECRUIT_AFTER rings for each inbox taken."""
+    import time
+
+    from tasks import doorbell, runs
+
+    for n in range(6):
+        store.ingest(f"d{n}", "chat", f"m-{n}", {"text": "hi"})
+    rung: list[str] = []
+    monkeypatch.setattr(doorbell, "ring_backlog", rung.append)
+    monkeypatch.setattr(runs, "RECRUIT_AFTER", recruit_after)
+    deadline = time.monotonic() + 600
+    with store.pinned():
+        summary = runs._drain_backlog(store, lambda run: None, "W", deadline, runs.Drain(deadline, skip=[]))
+    assert summary["inboxes"] == 6 and all(store.status(f"d{n}").holder is None for n in range(6))
+    assert len(rung) == rings
