@@ -36,13 +36,14 @@ TRIES = 3  # takes per call whose claim came back empty (its event was done mean
 # which the generic plan cannot, so PostgreSQL kept planning the take afresh on every call
 # (measured: 0 generic plans in 3,095 executions, ~0.4 ms of planning each, inside the
 # release-and-take statement below). Opaque, both estimate alike and the generic plan stays.
-# The LIMITs are written into the statement for the same reason: a generic plan assumes a
-# LIMIT parameter keeps a tenth of the rows.
 _now = select(NOW).scalar_subquery()
 
 
 def _literal(n: int) -> Any:
+    """A LIMIT written into the statement: a generic plan assumes a LIMIT parameter keeps a
+    tenth of the rows (the same estimate gap as ``_now``)."""
     return literal_column(str(int(n)), Integer())
+
 
 _live_lease = exists().where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= _now)
 
