@@ -6,7 +6,9 @@ messages, approval requests, timers and memory writes. It does no side effects o
 that matter twice: the Outcome is applied in one fenced transaction, all of it or none.
 
 An exception fails the run: its events go back to pending after a backoff, and to dead at the
-attempt cap. The runtime renews the lease in the background while the agent runs (for up to
+attempt cap. :class:`TryLater` (agent/outage.py) says instead that something the agent needs
+is down (its model API, a tool's upstream): the attempt is given back and the events wait
+the outage out, up to ``WAKEFUL_OUTAGE_HORIZON``. The runtime renews the lease in the background while the agent runs (for up to
 the task's time limit), so a slow model call does not lose the inbox. A long step may still
 call ``run.heartbeat()``: it renews at once and raises :class:`LeaseLost` once another worker
 has taken the inbox over (this process stalled), so the run stops early instead of doing work
@@ -24,6 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store import Event, Outcome
+
+from agent.outage import TryLater
+
+__all__ = ["Agent", "LeaseLost", "Run", "TryLater", "import_callable", "load_agent"]
 
 
 class LeaseLost(Exception):

@@ -18,7 +18,9 @@ One wake (DESIGN.md section 9), inside one run:
 Stop reasons: ``max_tokens`` keeps the text (marked as cut) and drops any tool use in that
 reply, whose input may be cut too; ``refusal`` sends nothing and keeps no assistant turn
 (the refused exchange stays out of the conversation), and both are logged in the run log.
-An API error the SDK gave up on fails the run like any exception (backoff, dead at the cap).
+An API error the SDK gave up on fails the run like any exception (backoff, dead at the cap),
+unless it says the API is away (unreachable, 429, 5xx, 529): then the run says ``TryLater``
+(agent/outage.py) and its events wait the outage out without spending their attempts.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from store import Effect, Event, Message, Outcome
 from store.effects import defang, idempotency_key
 
 from agent import Run
+from agent.outage import TryLater, is_transient, retry_after
 from agent import config as config_module
 from agent import policy, tools
 from agent.config import AgentConfig
@@ -223,9 +226,8 @@ class ClaudeRun:
         if self.cfg.untrusted_sources:
             system = f"{system}\n\n{UNTRUSTED_NOTE}".strip()
         self.calls += 1
-        reply = self.client.messages.create(model=self.cfg.model, max_tokens=self.cfg.max_tokens,
-                                            system=system, tools=policy.offered(self.cfg),
-                                            messages=self.convo.messages)
+        reply = _model_reply(self.client, model=self.cfg.model, max_tokens=self.cfg.max_tokens,
+                             system=system, tools=policy.offered(self.cfg), messages=self.convo.messages)
         for key in self.usage:
             self.usage[key] += int(getattr(reply.usage, key, 0) or 0)
         return reply
@@ -272,6 +274,24 @@ class ClaudeRun:
                  "decisions": self.decisions, "stop": self.stop}
         kept = list(self.run.memory.get(LOG_KEY) or [])[-(LOG_KEEP - 1):]
         return kept + [entry]
+
+
+def _model_reply(client: Any, **request: Any) -> Any:
+    """``messages.create``; what the SDK reports as the API being away (a connection
+    refused or reset, a timeout, 429, 500-class answers and 529 overloaded, the proxy's
+    502/503/504) once its own retries are spent is an outage: ``TryLater``, with the
+    answer's Retry-After. Any other error (a bad request, a refused key) fails the run."""
+    import anthropic
+
+    try:
+        return client.messages.create(**request)
+    except anthropic.APIConnectionError as exc:  # APITimeoutError too
+        raise TryLater(f"the model API is unreachable ({type(exc).__name__}: {exc})") from exc
+    except anthropic.APIStatusError as exc:
+        if not is_transient(exc.status_code):
+            raise
+        raise TryLater(f"the model API answered {exc.status_code} ({type(exc).__name__})",
+                       after=retry_after(exc.response.headers)) from exc
 
 
 def _attr(value: str) -> str:

@@ -6,7 +6,9 @@ Per effect, three steps, none of them holding a transaction across the tool call
 1. ``begin`` (one transaction): ready -> executing, attempts + 1; or a stale executing one
    taken again (at-least-once) or marked interrupted (at-most-once);
 2. the tool call, with the effect's ``idempotency_key`` (the same on every try);
-3. ``record`` (one transaction): done with the result, ingested as ``("tool", tool_use_id)``.
+3. ``record`` (one transaction): done with the result, ingested as ``("tool", tool_use_id)``;
+   or, when the tool said ``TryLater`` (its upstream is down), ``postpone``: ready again
+   after the outage delay, the same idempotency key next time.
 
 The policy is checked again at execution: a tool removed or denied since the call was
 committed is refused (the model is told), so a stored approval never outlives the policy
@@ -25,6 +27,7 @@ from store import EffectRow, Store
 from store.effects import Effects
 
 from agent import tools
+from agent.outage import TryLater
 from agent.config import AgentConfig, Tool
 
 log = logging.getLogger("wakeful.agent.effects")
@@ -35,7 +38,7 @@ class Executed:
     inbox: str
     tool_use_id: str
     tool: str
-    outcome: str  # "done", "error" (the tool failed), "refused", "superseded", "skipped"
+    outcome: str  # "done", "error" (the tool failed), "refused", "superseded", "skipped", "waiting" (an outage)
 
 
 def execute_runnable(store: Store, cfg: AgentConfig, inbox: str | None = None, limit: int = 100) -> list[Executed]:
@@ -55,8 +58,14 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
     if tool is None or tool.policy == "deny":
         book.refuse(inbox, tool_use_id, f"the tool {effect.tool!r} is no longer allowed; nothing ran")
         return Executed(inbox, tool_use_id, effect.tool, "refused")
-    with _egress(book, cfg, effect, tool):
-        result = tools.run(tool, dict(effect.input), _call(effect))
+    try:
+        with _egress(book, cfg, effect, tool):
+            result = tools.run(tool, dict(effect.input), _call(effect))
+    except TryLater as exc:  # the tool's upstream is down: not a failure of the call
+        status = book.postpone(inbox, tool_use_id, effect.attempts, str(exc), retry_after=exc.seconds,
+                               maybe_done=exc.maybe_done)
+        log.warning("effect %s/%s: try later (%s): %s", inbox, tool_use_id, exc, status)
+        return Executed(inbox, tool_use_id, effect.tool, "waiting" if status == "ready" else status or "superseded")
     if not book.record(inbox, tool_use_id, effect.attempts, result):
         log.warning("effect %s/%s: attempt %d finished after another took over; its result is dropped",
                     inbox, tool_use_id, effect.attempts)

@@ -27,6 +27,8 @@ from typing import Any
 
 import httpx
 
+from agent.outage import NOT_ACTED_ON, TryLater, is_transient, retry_after
+
 PROXY_URL_ENV = "WAKEFUL_PROXY_URL"
 DEFAULT_PROXY_URL = "http://127.0.0.1:8780"  # proxy/settings.py's default
 GRANT_HEADER = "X-Wakeful-Grant"
@@ -41,6 +43,16 @@ class EgressError(Exception):
     def __init__(self, status: int, reason: str, outcome: str = "") -> None:
         super().__init__(f"HTTP {status}: {reason}" if status else reason)
         self.status, self.reason, self.outcome = status, reason, outcome
+
+
+class Unavailable(EgressError, TryLater):
+    """The proxy or the route's upstream is away (unreachable, timing out, 429, 5xx): an
+    outage, so the run or the effect waits and tries again (agent/outage.py)."""
+
+    def __init__(self, status: int, reason: str, outcome: str = "", *, after: float | None = None,
+                 maybe_done: bool = False) -> None:
+        EgressError.__init__(self, status, reason, outcome)
+        self.after, self.maybe_done = after, maybe_done
 
 
 def proxy_url(env: Mapping[str, str] | None = None) -> str:
@@ -139,11 +151,19 @@ class RouteClient:
                 else:
                     response = http.request(method, path, json=input or {}, headers=headers)
         except httpx.TimeoutException:
-            raise EgressError(0, f"route {self.route!r}: the proxy did not answer in time") from None
+            raise Unavailable(0, f"route {self.route!r}: the proxy did not answer in time", maybe_done=True) from None
         except httpx.HTTPError as exc:
-            raise EgressError(0, f"route {self.route!r}: cannot reach the proxy ({type(exc).__name__})") from None
+            # Connecting failed (the proxy restarting) or the connection broke: only a failed
+            # connect proves the request never left.
+            raise Unavailable(0, f"route {self.route!r}: cannot reach the proxy ({type(exc).__name__})",
+                              maybe_done=not isinstance(exc, httpx.ConnectError)) from None
         if not response.is_success:
-            raise EgressError(response.status_code, _reason(response), response.headers.get("x-wakeful-refused", ""))
+            status, outcome = response.status_code, response.headers.get("x-wakeful-refused", "")
+            if is_transient(status):
+                # The proxy's 502 "upstream_down" is a connect that failed: nothing was sent.
+                raise Unavailable(status, _reason(response), outcome, after=retry_after(response.headers),
+                                  maybe_done=status not in NOT_ACTED_ON and outcome != "upstream_down")
+            raise EgressError(status, _reason(response), outcome)
         if "json" in response.headers.get("content-type", ""):
             try:
                 return response.json()

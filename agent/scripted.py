@@ -11,8 +11,10 @@ parsing are the SDK's own. Its "model" follows a tiny script written in the user
 - anything else: a reply ``Noted: <the text>``.
 
 Given tool results it reports them: ``TOOL: <content>`` (or ``TOOL failed: ...``). Tests can
-make the next requests fail with a status (``fail_next``) or hold one until released
-(``hold_next``), and read every request the SDK sent (``requests``).
+make the next requests fail with a status and a Retry-After (``fail_next``), hold one until
+released (``hold_next``), stop listening so connections are refused and listen again on the
+same port (``refuse_connections`` / ``accept_connections``: an outage), and read every
+request the SDK sent (``requests``).
 """
 
 from __future__ import annotations
@@ -92,27 +94,47 @@ class ScriptedModel:
         self.requests: list[dict[str, Any]] = []
         self.replies: list[dict[str, Any]] = []  # every successful reply, in the order sent
         self.seen: list[tuple[str, str | None]] = []  # (path, the key header) of every request
-        self._failures: list[int] = []
+        self._failures: list[tuple[int, float | None]] = []
         self._holds: list[threading.Event] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), self._handler())
-        self._server.daemon_threads = True
+        self._server = self._listen(host, port)
+        self.address = self._server.server_address[:2]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.listening = False
+
+    def _listen(self, host: str, port: int) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer((host, port), self._handler())
+        server.daemon_threads = True
+        return server
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = self.address
         return f"http://{host}:{port}"
 
     def start(self) -> ScriptedModel:
         self._thread.start()
+        self.listening = True
         return self
 
     def stop(self) -> None:
         for hold in self._holds:
             hold.set()
+        if self.listening:
+            self.refuse_connections()
+
+    def refuse_connections(self) -> None:
+        """Close the listening socket: every connection is refused until
+        ``accept_connections`` (the model API down, or the proxy in front of it restarting)."""
         self._server.shutdown()
         self._server.server_close()
+        self.listening = False
+
+    def accept_connections(self) -> None:
+        """Listen again on the same address."""
+        self._server = self._listen(*self.address)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.start()
 
     def __enter__(self) -> ScriptedModel:
         return self.start()
@@ -120,9 +142,11 @@ class ScriptedModel:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
-    def fail_next(self, count: int, status: int = 500) -> None:
+    def fail_next(self, count: int, status: int = 500, retry_after: float | None = None) -> None:
+        """The next ``count`` requests answer ``status`` (529: overloaded), with a
+        Retry-After header when given."""
         with self._lock:
-            self._failures.extend([status] * count)
+            self._failures.extend([(status, retry_after)] * count)
 
     def hold_next(self) -> threading.Event:
         """The next request waits until the returned event is set (a model call that hangs)."""
@@ -131,7 +155,7 @@ class ScriptedModel:
             self._holds.append(hold)
         return hold
 
-    def _next_action(self, request: dict[str, Any]) -> tuple[int | None, threading.Event | None]:
+    def _next_action(self, request: dict[str, Any]) -> tuple[tuple[int, float | None] | None, threading.Event | None]:
         with self._lock:
             self.requests.append(request)
             if self._failures:
@@ -157,20 +181,24 @@ class ScriptedModel:
                 if not self.path.split("?")[0].endswith("/v1/messages"):
                     return self._send(404, {"type": "error", "error": {"type": "not_found_error",
                                                                         "message": self.path}})
-                status, hold = model._next_action(request)
+                failure, hold = model._next_action(request)
                 if hold is not None:
                     hold.wait(600)
-                if status is not None:
-                    return self._send(status, {"type": "error", "error": {"type": "api_error",
-                                                                           "message": "scripted failure"}})
+                if failure is not None:
+                    status, after = failure
+                    kind = "overloaded_error" if status == 529 else "api_error"
+                    return self._send(status, {"type": "error", "error": {"type": kind, "message": "scripted failure"}},
+                                      {} if after is None else {"retry-after": f"{after:g}"})
                 reply = reply_to(request)
                 with model._lock:
                     model.replies.append(reply)
                 self._send(200, reply)
 
-            def _send(self, status: int, body: dict[str, Any]) -> None:
+            def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()

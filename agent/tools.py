@@ -2,7 +2,9 @@
 
 A Python tool is ``call = "module:callable"`` taking ``(input: dict, call: ToolCall)`` and
 returning a ``str`` or a JSON-able ``dict``. An exception is the tool's error: the model gets
-it as an error ``tool_result`` (its type and message, never a traceback).
+it as an error ``tool_result`` (its type and message, never a traceback). ``TryLater``
+(agent/outage.py) is not an error but an outage: it passes through, so a read in a run makes
+the run wait, and an effect waits to be tried again under the same idempotency key.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.config import Tool
+from agent.outage import TryLater
 
 log = logging.getLogger("wakeful.agent.tools")
 RESULT_MAX = 20_000  # characters of one tool result kept (and shown to the model)
@@ -42,6 +45,8 @@ def run(tool: Tool, input: dict[str, Any], call: ToolCall) -> dict[str, Any]:
             value = tool.function()(input, call)
         else:
             value = _http(tool, input, call)
+    except TryLater:
+        raise
     except Exception as exc:  # the tool's failure is the model's to hear about, not the run's
         log.warning("tool %s (%s) failed: %s: %s", tool.name, call.id, type(exc).__name__, exc)
         return {"content": f"the tool failed: {type(exc).__name__}: {exc}"[:RESULT_MAX], "is_error": True}

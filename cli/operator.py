@@ -137,7 +137,7 @@ def status(inbox: Optional[str] = typer.Argument(None, help="One inbox (default:
     """One inbox's lease, events, timers and outbox; without one, totals and inboxes to watch.
 
     Without an inbox: events pending, running and dead, the oldest pending age, held
-    messages, overdue timers; the inboxes with dead events first, then those with the oldest
+    messages, overdue timers, inboxes waiting out an outage; the inboxes with dead events first, then those with the oldest
     waiting work; the latest rejected input."""
     now = int(time.time())
     with opened_store() as store:
@@ -157,6 +157,9 @@ def status(inbox: Optional[str] = typer.Argument(None, help="One inbox (default:
                f"{metrics['events_dead']} dead; oldest pending {span(metrics['oldest_pending_age'])}")
     echo(f"outbox: {metrics['outbox_held']} held; timers overdue: {metrics['timers_overdue']}; "
                f"rejected inputs: {sum(metrics['rejected'].values())}")
+    if metrics["inboxes_waiting_on_outage"]:
+        echo(f"outage: {metrics['inboxes_waiting_on_outage']} inbox(es) waiting for an upstream to come "
+             f"back (a run said try later), the longest for {span(metrics['outage_age'])}")
     echo("")
     table(["inbox", "dead", "pending", "running", "oldest pending", "lease holder", "expires in",
            "held", "approvals"],
@@ -184,6 +187,9 @@ def _show_inbox(st: "InboxStatus", upcoming: list[Any], now: int, as_json: bool)
     echo(f"  outbox     {st.held_messages} held; last send "
                + (f"{when(st.last_sent)} ({relative(st.last_sent, now)})" if st.last_sent else "never"))
     echo(f"  approvals  {st.pending_approvals} pending")
+    if st.waiting_on_outage:
+        echo(f"  outage     {st.waiting_on_outage} event(s) wait for an upstream to come back, since "
+             f"{when(st.outage_since)} ({relative(st.outage_since, now)})")
     if not upcoming:
         echo("  timers     none")
     for n, t in enumerate(upcoming):

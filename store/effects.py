@@ -15,6 +15,10 @@ The rules (DESIGN.md section 9):
   An executor that died leaves the row ``executing``; once that is older than
   ``stale_after`` the next ``begin`` takes it again (at-least-once, same idempotency key) or
   marks it ``interrupted`` and tells the agent (at-most-once: never called twice).
+- A tool whose upstream is down says "try later" (``postpone``): the effect is ready again
+  after the outage delay (store/retries.py) and tried under the same idempotency key, up to
+  the outage horizon; an at-most-once effect the upstream may have acted on is reported
+  ``interrupted`` instead.
 
 The source ``tool`` is written only here, by the runtime (never by an outside sender).
 """
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, func, or_, select, update
 
-from . import approvals, validate
+from . import approvals, retries, validate
 from . import inbox as inbox_rules
 from .db import clock, insert
 from .records import AT_LEAST_ONCE, AT_MOST_ONCE, Effect, EffectRow, InvalidOutcome
@@ -163,6 +167,35 @@ def record(conn: Connection, inbox: str, tool_use_id: str, attempt: int, result:
     return True
 
 
+def postpone(conn: Connection, s: Any, inbox: str, tool_use_id: str, attempt: int, reason: str,
+             retry_after: int, maybe_done: bool, now: int) -> str | None:
+    """Attempt ``attempt``'s tool said "try later" (its upstream is down): the effect's
+    status after it. ``ready`` again after the outage delay (same idempotency key);
+    ``interrupted`` for an at-most-once effect the upstream may have acted on
+    (``maybe_done``); past the outage horizon ``done`` with an error result, the agent told.
+    None when another attempt took it over."""
+    mine = and_(effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id)
+    row = conn.execute(select(effects.c.status, effects.c.attempts, effects.c.tool, effects.c.delivery)
+                       .where(mine).with_for_update()).one_or_none()
+    if row is None or row.status != "executing" or row.attempts != attempt:
+        return None
+    if maybe_done and row.delivery == AT_MOST_ONCE:
+        finish(conn, inbox, tool_use_id, row.tool, {
+            "content": f"the tool's upstream failed ({reason}) after the call may have reached it; "
+                       "being at-most-once it was not tried again: it may or may not have taken effect",
+            "is_error": True}, "interrupted", now)
+        return "interrupted"
+    values = retries.waiting_values(s, effects, validate.excerpt(reason, 2000) or "try later", retry_after, now)
+    if conn.execute(select(values.pop("past_horizon")).where(mine)).scalar():
+        finish(conn, inbox, tool_use_id, row.tool, {
+            "content": f"given up: the tool's upstream stayed down past the outage horizon "
+                       f"({s.outage_horizon} s); last: {reason}", "is_error": True}, "done", now)
+        return "done"
+    values.pop("error")
+    conn.execute(update(effects).where(mine).values(status="ready", updated=now, **values))
+    return "ready"
+
+
 def refuse(conn: Connection, inbox: str, tool_use_id: str, reason: str, now: int) -> bool:
     """A ready effect the executor will not run (its tool was removed or denied since): the
     agent is told, nothing runs."""
@@ -185,7 +218,7 @@ def finish(conn: Connection, inbox: str, tool_use_id: str, tool: str, result: di
 def runnable(conn: Connection, stale_after: int, now: int, inbox: str | None, limit: int) -> list[tuple[str, str]]:
     """(inbox, tool_use_id) of effects ``begin`` would take now, oldest first."""
     query = select(effects.c.inbox, effects.c.tool_use_id).where(or_(
-        effects.c.status == "ready",
+        and_(effects.c.status == "ready", effects.c.not_before <= now),
         and_(effects.c.status == "executing", effects.c.updated <= now - stale_after)))
     if inbox is not None:
         query = query.where(effects.c.inbox == inbox)
@@ -243,6 +276,12 @@ class Effects:
                now: int | None = None) -> bool:
         with self.store._transaction() as conn:
             return record(conn, inbox, tool_use_id, attempt, result, clock(conn, now))
+
+    def postpone(self, inbox: str, tool_use_id: str, attempt: int, reason: str, *, retry_after: int = 0,
+                 maybe_done: bool = False, now: int | None = None) -> str | None:
+        with self.store._transaction() as conn:
+            return postpone(conn, self.store.settings, inbox, tool_use_id, attempt, reason, retry_after,
+                            maybe_done, clock(conn, now))
 
     def refuse(self, inbox: str, tool_use_id: str, reason: str, *, now: int | None = None) -> bool:
         with self.store._transaction() as conn:

@@ -102,7 +102,8 @@ def dead(conn: Connection, inbox: str | None) -> list[Event]:
     return [to_event(r) for r in conn.execute(query.order_by(events.c.id))]
 
 
-REVIVED = {"status": "pending", "attempts": 0, "error": None, "not_before": 0, "finished": None, "claim_gen": None}
+REVIVED = {"status": "pending", "attempts": 0, "waits": 0, "outage_since": None, "error": None, "not_before": 0,
+           "finished": None, "claim_gen": None}
 
 
 def requeue(conn: Connection, inbox: str | None, event_id: int | None) -> list[Event]:

@@ -16,7 +16,7 @@ from . import counters as counter_rules
 from . import grants as grant_rules
 from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
-from .records import InboxStatus, RunRecord
+from .records import InboxStatus, Outage, RunRecord
 from .settings import StoreSettings
 from .tables import approvals, audit, events, grants, inboxes, outbox, rejected, runs, status_is, timers
 
@@ -39,6 +39,8 @@ def status(conn: Connection, inbox: str, now: int) -> InboxStatus:
     held = conn.execute(
         select(func.count()).where(outbox.c.inbox == inbox, outbox.c.sent_at.is_(None))
     ).scalar_one()
+    outage = conn.execute(select(func.count(), func.min(events.c.outage_since)).where(
+        events.c.inbox == inbox, status_is("pending"), events.c.outage_since.is_not(None))).one()
     live = lease is not None and lease.holder is not None and lease.lease_until >= now
     return InboxStatus(
         inbox=inbox,
@@ -54,6 +56,8 @@ def status(conn: Connection, inbox: str, now: int) -> InboxStatus:
         held_messages=held,
         last_sent=lease.last_sent if lease is not None else None,
         pending_approvals=len(approval_rules.view(conn, inbox, pending_only=True)),
+        waiting_on_outage=outage[0],
+        outage_since=outage[1],
     )
 
 
@@ -68,6 +72,8 @@ def metrics(conn: Connection, now: int) -> dict[str, Any]:
     overdue = conn.execute(
         select(func.count()).select_from(timers).where(~timers.c.done, timers.c.due <= now)).scalar_one()
     refused = dict(conn.execute(select(rejected.c.origin, func.count()).group_by(rejected.c.origin)).all())
+    outage = conn.execute(select(func.count(func.distinct(events.c.inbox)), func.min(events.c.outage_since))
+                          .where(status_is("pending"), events.c.outage_since.is_not(None))).one()
     return {
         "events_pending": by_status.get("pending", 0),
         "events_running": by_status.get("running", 0),
@@ -75,6 +81,10 @@ def metrics(conn: Connection, now: int) -> dict[str, Any]:
         "oldest_pending_age": max(0, now - oldest) if oldest is not None else 0,
         "outbox_held": held,
         "timers_overdue": overdue,
+        # Inboxes whose events wait out an outage (a run said "try later"), and for how long
+        # the oldest has waited: an outage the agent cannot see past, the operator can.
+        "inboxes_waiting_on_outage": outage[0],
+        "outage_age": max(0, now - outage[1]) if outage[1] is not None else 0,
         "rejected": refused,
         "counters": counter_rules.read(conn),
         # The egress proxy's refused or failed requests {route: {outcome: n}} (store/grants.py).
@@ -103,7 +113,8 @@ def attention(conn: Connection, now: int, limit: int) -> list[InboxStatus]:
 
 
 def incidents(conn: Connection, since: int) -> dict[str, list[Any]]:
-    """What went wrong since ``since``: events parked dead and approvals that expired."""
+    """What went wrong since ``since``: events parked dead and approvals that expired; and
+    what is going wrong now: an ``Outage`` for each inbox whose events wait one out."""
     dead = conn.execute(
         select(*EVENT_COLUMNS).where(status_is("dead"), events.c.finished >= since).order_by(events.c.id)
     ).all()
@@ -113,7 +124,12 @@ def incidents(conn: Connection, since: int) -> dict[str, list[Any]]:
             .order_by(events.c.id)).all()
         if (e.payload or {}).get("answer") == "expired"
     ]
-    return {"dead": [to_event(r) for r in dead], "expired_approvals": [to_event(r) for r in expired]}
+    outages = conn.execute(
+        select(events.c.inbox, func.count(), func.min(events.c.outage_since))
+        .where(status_is("pending"), events.c.outage_since.is_not(None))
+        .group_by(events.c.inbox).order_by(func.min(events.c.outage_since), events.c.inbox)).all()
+    return {"dead": [to_event(r) for r in dead], "expired_approvals": [to_event(r) for r in expired],
+            "outages": [Outage(*r) for r in outages]}
 
 
 def run_log(conn: Connection, inbox: str, limit: int) -> list[RunRecord]:

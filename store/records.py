@@ -234,6 +234,18 @@ class InboxStatus:
     held_messages: int
     last_sent: int | None
     pending_approvals: int
+    # Pending events waiting out an outage (their run said "try later"), and since when.
+    waiting_on_outage: int = 0
+    outage_since: int | None = None
+
+
+@dataclass(frozen=True)
+class Outage:
+    """An inbox whose events wait for an upstream to come back (their run said "try later")."""
+
+    inbox: str
+    events: int
+    since: int  # when the oldest of those outages began
 
 
 @dataclass(frozen=True)

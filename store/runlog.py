@@ -19,8 +19,10 @@ LOG_AND_RESIGN_OR_EXTEND = plans.cached(leases.RESIGN_OR_EXTEND.add_cte(LOG_RUN.
 
 
 def entry(inbox: str, generation: int, holder: str, started: int, now: int, event_ids: list[int],
-          error: str | None) -> dict[str, Any]:
-    """The parameters of ``LOG_RUN`` for one finish."""
+          error: str | None, waiting: bool = False) -> dict[str, Any]:
+    """The parameters of ``LOG_RUN`` for one finish (outcome ``done``, ``error``, or
+    ``waiting``: the agent said "try later")."""
+    outcome = "done" if error is None else "waiting" if waiting else "error"
     return {"p_inbox": inbox, "p_gen": generation, "p_holder": holder, "p_started": started,
-            "p_now": now, "p_outcome": "done" if error is None else "error",
+            "p_now": now, "p_outcome": outcome,
             "p_event_ids": event_ids, "p_error": error}

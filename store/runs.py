@@ -60,8 +60,10 @@ def start_decided(conn: Connection, s: StoreSettings, inbox: str, holder: str, g
 
 
 def finish(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
-           event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int | None) -> bool:
-    now, finished, log = _hold_and_finish(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
+           event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int | None,
+           retry_after: int | None = None) -> bool:
+    now, finished, log = _hold_and_finish(conn, s, inbox, holder, generation, event_ids, outcome, error, now,
+                                          retry_after)
     if log is not None:
         conn.execute(runlog.LOG_RUN, log)
     return finished
@@ -69,12 +71,14 @@ def finish(conn: Connection, s: StoreSettings, inbox: str, holder: str, generati
 
 def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
                      event_ids: Iterable[int], outcome: Outcome | None, error: str | None,
-                     now: int | None, resign: Any = runlog.LOG_AND_RESIGN_OR_EXTEND) -> tuple[RunStep, Any]:
+                     now: int | None, resign: Any = runlog.LOG_AND_RESIGN_OR_EXTEND,
+                     retry_after: int | None = None) -> tuple[RunStep, Any]:
     """finish + the next claim (with the memory as this finish left it), or the release when
     nothing is left, in one transaction. Returns the step and, when it released, the row of
     the statement that did (``resign``: ``runlog.LOG_AND_RESIGN_OR_EXTEND``, or a variant
     that does more in the same round trip, ``backlog.LOG_RESIGN_AND_TAKE``), else None."""
-    now, finished, log = _hold_and_finish(conn, s, inbox, holder, generation, event_ids, outcome, error, now)
+    now, finished, log = _hold_and_finish(conn, s, inbox, holder, generation, event_ids, outcome, error, now,
+                                          retry_after)
     if now is None:
         return RunStep(finished=False, events=[], released=False), None
     if not finished:
@@ -94,7 +98,7 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
 
 def _hold_and_finish(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
                      event_ids: Iterable[int], outcome: Outcome | None, error: str | None,
-                     now: int | None) -> tuple[int | None, bool, dict[str, Any] | None]:
+                     now: int | None, retry_after: int | None) -> tuple[int | None, bool, dict[str, Any] | None]:
     """``leases.holds``, then ``finish_events``: (the database's now, or None when the lease
     is not (holder, generation)'s, which is counted and writes nothing; finished; the run
     log's row). On PostgreSQL a successful run's lock, lease check and done-marking are one
@@ -113,7 +117,7 @@ def _hold_and_finish(conn: Connection, s: StoreSettings, inbox: str, holder: str
     if now is None:
         counters.stale_finish_refused(conn, inbox)
         return None, False, None
-    return (now, *finish_events(conn, s, inbox, holder, generation, ids, outcome, error, now))
+    return (now, *finish_events(conn, s, inbox, holder, generation, ids, outcome, error, now, retry_after))
 
 
 def _log_and_resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
@@ -170,10 +174,11 @@ _HOLD_AND_DONE = plans.cached(_hold_and_done())
 
 
 def finish_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
-                  event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int
-                  ) -> tuple[bool, dict[str, Any] | None]:
+                  event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int,
+                  retry_after: int | None = None) -> tuple[bool, dict[str, Any] | None]:
     """For a caller that holds the inbox row and the lease: the run's events done and its
-    Outcome applied, or (with ``error``) the events failed (``retries``). Returns (finished,
+    Outcome applied, or (with ``error``) the events failed, or (with ``error`` and
+    ``retry_after``, the agent's "try later") left to wait out an outage (``retries``). Returns (finished,
     the run log's row, or None when nothing finished: a retried finish after an ambiguous
     commit, or events some other claim has taken since)."""
     ids = sorted(set(event_ids))
@@ -185,18 +190,20 @@ def finish_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, g
         if error is None:
             rows = plans.execute(conn, _DONE[conn.dialect.name], mine).all()
         else:
-            failed = update(events).where(_MINE).values(**retries.failed_values(s, error, now))
+            values = (retries.failed_values(s, error, now) if retry_after is None
+                      else retries.waited_values(s, error, retry_after, now))
+            failed = update(events).where(_MINE).values(**values)
             rows = conn.execute(failed.returning(events.c.id, events.c.claimed_at), mine).all()
-    return _finished(conn, s, inbox, holder, generation, ids, rows, outcome, error, now)
+    return _finished(conn, s, inbox, holder, generation, ids, rows, outcome, error, now, retry_after is not None)
 
 
 def _finished(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
-              ids: list[int], rows: list[Any], outcome: Outcome | None, error: str | None, now: int
-              ) -> tuple[bool, dict[str, Any] | None]:
+              ids: list[int], rows: list[Any], outcome: Outcome | None, error: str | None, now: int,
+              waiting: bool = False) -> tuple[bool, dict[str, Any] | None]:
     """The rest of ``finish_events`` once the ``rows`` (id, claimed_at) of ``ids`` are marked."""
     if ids and not rows:
         return False, None
     if error is None:
         outcomes.apply(conn, s, inbox, outcome or Outcome(), generation, now)
     started = min((r.claimed_at for r in rows if r.claimed_at is not None), default=now)
-    return True, runlog.entry(inbox, generation, holder, started, now, sorted(r.id for r in rows), error)
+    return True, runlog.entry(inbox, generation, holder, started, now, sorted(r.id for r in rows), error, waiting)

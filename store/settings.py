@@ -21,6 +21,17 @@ class StoreSettings:
     # rate limit or a flapping dependency to recover; short enough to finish within the hour.
     backoff_base: int = 10
     backoff_max: int = 600
+    # A run that says "try later" (the model's or a tool's upstream is down: store/retries.py)
+    # gives its attempt back and its events wait as long as the outage has lasted so far (at
+    # least the base, at most the cap, jittered to between half and all of it): a blip is
+    # answered within seconds, a long outage is tried about once per cap, and the cap bounds
+    # how long an answer lags once the upstream is back.
+    outage_backoff_base: int = 5
+    outage_backoff_max: int = 300
+    # Past this long of "try later" the events are parked dead with the reason "outage", so
+    # nothing waits for ever (`wakeful requeue` brings them back). A day outlasts the model
+    # API outages on record; a longer wait is an operator's call, not the runtime's.
+    outage_horizon: int = 86400
     # Dedupe keys of finished events outlive their payloads by this much, so a sender's
     # late redelivery (Stripe retries for three days) is still refused.
     dedupe_window: int = 7 * 86400

@@ -199,9 +199,15 @@ class Store:
 
     def finish(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
                outcome: Outcome | None = None, error: str | None = None, *,
-               now: int | None = None) -> bool:
+               retry_after: int | None = None, now: int | None = None) -> bool:
+        """The run's events done with its Outcome, or failed with ``error``. With
+        ``retry_after`` (seconds, 0 for "the backoff decides") the failure is an outage's, the
+        agent's "try later": the attempt is given back and the events wait it out, up to the
+        outage horizon (store/retries.py)."""
+        error = _failure(error, retry_after)
         with self._transaction() as conn:
-            return runs.finish(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now)
+            return runs.finish(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now,
+                               retry_after)
 
     def start_run(self, inbox: str, holder: str, *, now: int | None = None) -> RunStart:
         """``acquire`` then ``claim`` in one transaction, which also reads the inbox's memory
@@ -231,7 +237,8 @@ class Store:
 
     def finish_and_claim(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
                          outcome: Outcome | None = None, error: str | None = None, *,
-                         now: int | None = None, take_next: Iterable[str] | None = None) -> RunStep:
+                         retry_after: int | None = None, now: int | None = None,
+                         take_next: Iterable[str] | None = None) -> RunStep:
         """``finish``, then the next ``claim`` (lease extended) or, when nothing is claimable,
         the ``release``: one transaction instead of three.
 
@@ -240,13 +247,14 @@ class Store:
         one commit per drained wake instead of two. Should that commit's reply be lost, the
         retried finish is refused (the lease is already given up) and the inbox taken waits
         out its lease, as after a crash."""
+        error = _failure(error, retry_after)
         skip = None if take_next is None else list(take_next)
         # Nothing to skip: the release and the next inbox's lock are one statement.
         merged = skip == []
         resign = backlog.LOG_RESIGN_AND_TAKE if merged else runlog.LOG_AND_RESIGN_OR_EXTEND
         with self._transaction() as conn:
             step, row = runs.finish_and_claim(conn, self.settings, inbox, holder, gen, event_ids,
-                                              outcome, error, now, resign)
+                                              outcome, error, now, resign, retry_after)
             if step.released and skip is not None:
                 taken = backlog.take_next(conn, self.settings, holder, skip, now, row if merged else None)
                 return dataclasses.replace(step, next=taken)
@@ -361,7 +369,7 @@ class Store:
         with self._transaction() as conn:
             return operator.attention(conn, clock(conn, now), limit)
 
-    def incidents(self, since: int) -> dict[str, list[Event]]:
+    def incidents(self, since: int) -> dict[str, list[Any]]:
         """Events parked dead and approvals expired since ``since``: the daily summary."""
         with self._transaction() as conn:
             return operator.incidents(conn, since)
@@ -469,3 +477,12 @@ class Store:
     def audit(self, inbox: str | None = None, *, limit: int = 100) -> list[grant_rules.AuditEntry]:
         with self._transaction() as conn:
             return grant_rules.view(conn, inbox, limit)
+
+
+def _failure(error: str | None, retry_after: int | None) -> str | None:
+    """A finish's error, checked against its ``retry_after`` (a "try later" is a failure too)."""
+    if retry_after is None:
+        return error
+    if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
+        raise ValueError(f"retry_after must be a whole number of seconds >= 0, got {retry_after!r}")
+    return error or "try later"

@@ -83,6 +83,10 @@ events = Table(
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("claim_gen", BigInteger),  # the lease generation that claimed it last
     Column("not_before", BigInteger, nullable=False, server_default=text("0")),  # backoff
+    # Runs that said "try later" for it (an outage: each gave its claim's attempt back, so
+    # attempts + waits = claims), and when the current outage began (NULL: none).
+    Column("waits", Integer, nullable=False, server_default=text("0")),
+    Column("outage_since", BigInteger),
     Column("error", Text),
     Column("created", BigInteger, nullable=False),
     Column("claimed_at", BigInteger),
@@ -274,6 +278,10 @@ effects = Table(
     Column("result", Payload),  # {"content": str, "is_error": bool} once done
     Column("created", BigInteger, nullable=False),
     Column("updated", BigInteger, nullable=False),
+    # A ready effect whose tool's upstream was down waits until then (store/retries.py), from
+    # an outage that began at outage_since.
+    Column("not_before", BigInteger, nullable=False, server_default=text("0")),
+    Column("outage_since", BigInteger),
     PrimaryKeyConstraint("inbox", "tool_use_id"),
     CheckConstraint("status IN ('asked', 'ready', 'executing', 'done', 'refused', 'expired', "
                     "'interrupted')", name="status_known"),

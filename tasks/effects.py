@@ -56,7 +56,7 @@ def execute_effects(inbox: Any = None) -> dict[str, Any]:
 
     cfg, _client = configured()
     done = execute_runnable(get_store(), cfg, inbox if isinstance(inbox, str) else None)
-    for name in sorted({d.inbox for d in done if d.outcome not in ("skipped",)}):
+    for name in sorted({d.inbox for d in done if d.outcome not in ("skipped", "waiting")}):
         ring(name)  # the result is an event: wake the agent
     return {"executed": [[d.inbox, d.tool_use_id, d.tool, d.outcome] for d in done]}
 

@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunStep, Store
 
-from agent import Agent, LeaseLost, Run, load_agent
+from agent import Agent, LeaseLost, Run, TryLater, load_agent
 from agent.claude import run_summary
 from tasks.application import app
 from tasks import doorbell, faults
@@ -238,6 +238,12 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
     except LeaseLost:
         result["outcome"] = "fenced"
         return result, RunStep(finished=False, events=[], released=False)
+    except TryLater as exc:
+        # An outage, not a poison event: the attempt is given back and the events wait.
+        error = f"try later: {exc}"
+        log.warning("inbox %r run on events %s: %s (retry after %s)", inbox, ids, error,
+                    "the backoff" if exc.after is None else f"{exc.after:g}s")
+        return _complete(lease, ids, claim_next, result, error=error, retry_after=exc.seconds)
     except (Exception, SoftTimeLimitExceeded) as exc:
         error = f"{type(exc).__name__}: {exc}"
         log.warning("inbox %r run on events %s failed: %s", inbox, ids, error,
@@ -255,7 +261,7 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
 
 
 def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[str, Any], *,
-              outcome: Outcome | None = None, error: str | None = None
+              outcome: Outcome | None = None, error: str | None = None, retry_after: int | None = None
               ) -> tuple[dict[str, Any], RunStep]:
     """Finish the run (fenced) and, unless this is the task's last run, claim the next batch."""
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
@@ -265,10 +271,11 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     with faults.before_commit(store, "before_finish_commit", **where):
         if claim_next:
             step = _once_more_on_disconnect(lambda: store.finish_and_claim(
-                inbox, holder, gen, ids, outcome=outcome, error=error, take_next=take_next))
+                inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after,
+                take_next=take_next))
         else:
             step = RunStep(_once_more_on_disconnect(lambda: store.finish(
-                inbox, holder, gen, ids, outcome=outcome, error=error)),
+                inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after)),
                 events=[], released=False)
     # Committed: logged before anything may stop this process.
     _claimed(inbox, gen, step.events)
@@ -284,7 +291,7 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     if fenced:
         result["outcome"] = "fenced"
     elif error is not None:
-        result.update(outcome="error", error=error[:200])
+        result.update(outcome="error" if retry_after is None else "waiting", error=error[:200])
     else:
         assert outcome is not None
         result.update(outcome="done", messages=len(outcome.messages),

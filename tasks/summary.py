@@ -1,4 +1,5 @@
-"""``wakeful.daily_summary``: new dead events and expired approvals, told to an operator.
+"""``wakeful.daily_summary``: new dead events, expired approvals and outages still being
+waited out, told to an operator.
 
 A poison event parks itself dead and the agent just goes quiet; an approval nobody answered
 resumes as ``expired``. Neither makes noise on its own, so once a day (beat,
@@ -38,10 +39,11 @@ HOLDER = "wakeful.daily_summary"
 LISTED = 20  # lines per section; the rest is counted (the CLI shows them all)
 
 
-def render(found: dict[str, list[Event]], since: int, until: int) -> str | None:
+def render(found: dict[str, list[Any]], since: int, until: int) -> str | None:
     """The summary's text, or None when nothing went wrong in the period."""
     dead, expired = found.get("dead", []), found.get("expired_approvals", [])
-    if not dead and not expired:
+    outages = found.get("outages", [])
+    if not dead and not expired and not outages:
         return None
     lines = [f"wakeful: what went wrong from {_when(since)} to {_when(until)} UTC"]
     if dead:
@@ -55,6 +57,11 @@ def render(found: dict[str, list[Event]], since: int, until: int) -> str | None:
         lines += [f"  inbox {e.inbox}: {e.source_id} ({(e.payload or {}).get('action', '?')})"
                   for e in expired[:LISTED]]
         lines += _more(len(expired))
+    if outages:
+        lines.append(f"{len(outages)} inbox(es) waiting for an upstream to come back (their runs say "
+                     "try later; parked dead with the reason outage past WAKEFUL_OUTAGE_HORIZON):")
+        lines += [f"  inbox {o.inbox}: {o.events} event(s) since {_when(o.since)} UTC" for o in outages[:LISTED]]
+        lines += _more(len(outages))
     lines.append("See `wakeful dead`, `wakeful requeue EVENT_ID` / `--inbox I`, "
                  "`wakeful incidents --since N`.")
     return "\n".join(lines)

@@ -93,6 +93,12 @@ class _Collector:
                                 value=f.get("outbox_held", 0))
         yield GaugeMetricFamily("wakeful_timers_overdue", "Live timers whose due time has passed",
                                 value=f.get("timers_overdue", 0))
+        yield GaugeMetricFamily("wakeful_inboxes_waiting_on_outage",
+                                "Inboxes whose events wait out an outage (a run said try later)",
+                                value=f.get("inboxes_waiting_on_outage", 0))
+        yield GaugeMetricFamily("wakeful_outage_age_seconds",
+                                "How long the oldest waiting outage has lasted (0 when none)",
+                                value=f.get("outage_age", 0))
         counters = f.get("counters", {})
         for name in sorted(counters):
             yield CounterMetricFamily(f"wakeful_{_metric_name(name)}",

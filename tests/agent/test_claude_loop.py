@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from agent import Run
+from agent import Run, TryLater
 from agent.claude import ClaudeRun
 from agent.config import load
 from agent.effects import execute_runnable
@@ -154,11 +154,31 @@ def test_an_api_500_is_retried_by_the_sdk(agent: Agent) -> None:
     assert agent.said() == ["Noted: hello"] and len(agent.model.requests) == 2
 
 
-def test_past_the_sdk_retries_the_run_fails(agent: Agent) -> None:
+def test_past_the_sdk_retries_an_api_that_is_away_says_try_later(agent: Agent) -> None:
+    """500-class answers and 529 overloaded, once the SDK's own retries are spent, are an
+    outage (agent/outage.py): the runtime waits instead of charging the events' attempts."""
     agent.model.fail_next(5, 500)
     agent.say("hello")
-    with pytest.raises(anthropic.InternalServerError):
+    with pytest.raises(TryLater, match="answered 500") as raised:
         agent.wake()
+    assert raised.value.after is None and isinstance(raised.value.__cause__, anthropic.InternalServerError)
+    agent.model.fail_next(3, 529, retry_after=7)
+    agent.say("hello", inbox="bob")
+    with pytest.raises(TryLater, match="answered 529") as raised:
+        agent.wake("bob")
+    assert raised.value.after == 7 and raised.value.seconds == 7
+
+
+def test_an_unreachable_api_says_try_later_and_a_bad_request_fails(agent: Agent) -> None:
+    agent.model.refuse_connections()
+    agent.say("hello")
+    with pytest.raises(TryLater, match="unreachable .*APIConnectionError"):
+        agent.wake()
+    agent.model.accept_connections()
+    agent.model.fail_next(1, 400)  # the request's own fault: an error, counted as one
+    agent.say("hello", inbox="bob")
+    with pytest.raises(anthropic.BadRequestError):
+        agent.wake("bob")
 
 
 def test_the_conversation_is_bounded(store: Store, model: ScriptedModel, write_config: Any,
@@ -242,7 +262,8 @@ def test_an_http_write_runs_under_a_grant_for_its_executing_attempt(store: Store
                                                                     write_config: Any, tool_log: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """No proxy listens here: the call fails at the proxy, after the grant was minted for this
-    effect (without one the tool would be told there is no grant)."""
+    effect (without one the tool would be told there is no grant). A proxy that cannot be
+    reached is an outage: the effect waits to be tried again with the same key."""
     monkeypatch.setenv("WAKEFUL_PROXY_URL", "http://127.0.0.1:9")
     tools = {"refund": {"route": "shop", "method": "POST", "path": "/refunds", "policy": "allow",
                         "effect": "write"}}
@@ -252,8 +273,8 @@ def test_an_http_write_runs_under_a_grant_for_its_executing_attempt(store: Store
     agent.say('call refund {"order": 3}')
     agent.wake()
     [effect] = Effects(store).view("ada")
-    assert effect.status == "done" and effect.result["is_error"]
-    assert "cannot reach the proxy" in effect.result["content"]
+    assert (effect.status, effect.attempts, effect.result) == ("ready", 1, None)
+    assert Effects(store).runnable(stale_after=60) == []  # it waits out the outage
 
 
 def test_with_an_anthropic_route_the_model_is_called_through_the_proxy_with_the_grant(

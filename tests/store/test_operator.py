@@ -153,7 +153,7 @@ def test_metrics_attention_and_incidents(store: Store) -> None:
     found = store.incidents(since=T)
     assert [e.source_id for e in found["dead"]] == ["poison"]
     assert [e.source_id for e in found["expired_approvals"]] == ["r1"]
-    assert store.incidents(since=now + 100) == {"dead": [], "expired_approvals": []}
+    assert store.incidents(since=now + 100) == {"dead": [], "expired_approvals": [], "outages": []}
 
 
 def test_event_by_id_says_when_it_finished(store: Store) -> None:
