@@ -38,3 +38,29 @@ def refund_then_die(tool_input: dict[str, Any], call: ToolCall) -> str:
     if _log(call, tool_input) == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     return f"refunded order {tool_input['order']}"
+
+
+def claude_or_poison(run: Any) -> Any:
+    """The claude agent, except that a batch holding the text ``poison`` raises an ordinary
+    exception before the model is asked (an event that breaks the agent, not an outage)."""
+    if any((e.payload or {}).get("text") == "poison" for e in run.events):
+        raise ValueError("this event breaks the agent")
+    from agent.claude import agent
+
+    return agent(run)
+
+
+def invoice(tool_input: dict[str, Any], call: ToolCall) -> str:
+    """A write to the shop at ``WAKEFUL_TEST_SHOP_URL`` with the call's idempotency key; the
+    shop not answering is an outage (TryLater), not a failed call."""
+    import httpx
+
+    from agent import TryLater
+
+    _log(call, tool_input)
+    try:
+        answer = httpx.post(os.environ["WAKEFUL_TEST_SHOP_URL"] + "/invoices", json=tool_input, timeout=10,
+                            headers={"Idempotency-Key": call.idempotency_key})
+    except httpx.ConnectError as exc:
+        raise TryLater(f"the shop is unreachable ({exc})") from exc
+    return f"invoiced order {tool_input['order']}: {answer.status_code}"
