@@ -226,7 +226,7 @@ class ClaudeRun:
         if self.cfg.untrusted_sources:
             system = f"{system}\n\n{UNTRUSTED_NOTE}".strip()
         self.calls += 1
-        reply = _model_reply(self.client, model=self.cfg.model, max_tokens=self.cfg.max_tokens,
+        reply = model_reply(self.client, model=self.cfg.model, max_tokens=self.cfg.max_tokens,
                              system=system, tools=policy.offered(self.cfg), messages=self.convo.messages)
         for key in self.usage:
             self.usage[key] += int(getattr(reply.usage, key, 0) or 0)
@@ -276,7 +276,7 @@ class ClaudeRun:
         return kept + [entry]
 
 
-def _model_reply(client: Any, **request: Any) -> Any:
+def model_reply(client: Any, **request: Any) -> Any:
     """``messages.create``; what the SDK reports as the API being away (a connection
     refused or reset, a timeout, 429, 500-class answers and 529 overloaded, the proxy's
     502/503/504) once its own retries are spent is an outage: ``TryLater``, with the

@@ -17,7 +17,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from store import Store
+from store import Store, StoreSettings
+from store.retries import OUTAGE_REASON
 from store.tables import events, outbox, runs
 
 COUNTS = (
@@ -25,8 +26,9 @@ COUNTS = (
     "events_untraceable",     # stored, but no input, timer or approval explains it
     "events_done_twice",      # in more than one committed "done" run
     "runs_overlapping",       # committed runs of one inbox by different generations overlap
-    "attempts_not_claims",    # an event's attempts differ from the claims logged for it
-    "dead_below_cap",         # dead with fewer than max_attempts claims
+    "attempts_not_claims",    # an event's attempts + waits differ from the claims logged for it
+    "dead_below_cap",         # dead with fewer than max_attempts claims (an outage aside)
+    "dead_outage_below_horizon",  # dead for an outage that had lasted less than the horizon
     "live_above_cap",         # not dead, yet claimed more than max_attempts times
     "timer_slot_twice",       # one timer occurrence stored twice (or two within one period)
     "outbox_key_changed",     # one dispatch key delivered with different content
@@ -73,11 +75,13 @@ def claim_counts(fault_log: Iterable[dict[str, Any]]) -> Counter[int]:
 def check(store: Store, *, inputs: Inputs, max_attempts: int,
           fault_log: list[dict[str, Any]] | None = None,
           sent: list[dict[str, Any]] | None = None, delivery: str = "at-least-once",
-          outbox_gap: int | None = None, inboxes: set[str] | None = None) -> dict[str, int]:
+          outbox_gap: int | None = None, inboxes: set[str] | None = None,
+          outage_horizon: int = StoreSettings.outage_horizon) -> dict[str, int]:
     """All the counts for one scenario; ``inboxes`` limits them to those (default: all)."""
     with store.engine.connect() as conn:
         ev = conn.execute(select(events.c.id, events.c.inbox, events.c.source, events.c.source_id,
-                                 events.c.status, events.c.attempts, events.c.payload)).all()
+                                 events.c.status, events.c.attempts, events.c.waits, events.c.error,
+                                 events.c.outage_since, events.c.finished, events.c.payload)).all()
         rl = conn.execute(select(runs.c.id, runs.c.inbox, runs.c.generation, runs.c.started,
                                  runs.c.finished, runs.c.outcome, runs.c.event_ids)).all()
         ob = conn.execute(select(outbox.c.id, outbox.c.inbox, outbox.c.urgent, outbox.c.dispatch_key,
@@ -89,17 +93,18 @@ def check(store: Store, *, inputs: Inputs, max_attempts: int,
         sent = [s for s in (sent or []) if s.get("inbox") in inboxes]
         inputs = Inputs({k for k in inputs.keys if k[0] in inboxes}, inputs.generated_sources)
     counts = dict.fromkeys(COUNTS, 0)
-    counts.update(_events(ev, inputs, max_attempts))
+    counts.update(_events(ev, inputs, max_attempts, outage_horizon))
     counts.update(_runs(rl))
     if fault_log is not None:
         claims = claim_counts(fault_log)
-        counts["attempts_not_claims"] = sum(1 for e in ev if e.attempts != claims.get(e.id, 0))
+        # A run that said "try later" gave its claim's attempt back and counted a wait instead.
+        counts["attempts_not_claims"] = sum(1 for e in ev if e.attempts + e.waits != claims.get(e.id, 0))
     counts["timer_slot_twice"] = _timers(ev)
     counts.update(_outbox(sent or [], ob, delivery, outbox_gap))
     return counts
 
 
-def _events(ev: list[Any], inputs: Inputs, max_attempts: int) -> dict[str, int]:
+def _events(ev: list[Any], inputs: Inputs, max_attempts: int, outage_horizon: int) -> dict[str, int]:
     stored = {(e.inbox, e.source, e.source_id): e for e in ev}
     lost = sum(1 for k in inputs.keys if k not in stored or stored[k].status not in ("done", "dead"))
     lost += sum(1 for e in ev if e.source in inputs.generated_sources
@@ -109,9 +114,16 @@ def _events(ev: list[Any], inputs: Inputs, max_attempts: int) -> dict[str, int]:
     return {
         "events_lost": lost,
         "events_untraceable": untraceable,
-        "dead_below_cap": sum(1 for e in ev if e.status == "dead" and e.attempts < max_attempts),
+        "dead_below_cap": sum(1 for e in ev if e.status == "dead" and e.attempts < max_attempts
+                              and not _outage(e)),
+        "dead_outage_below_horizon": sum(1 for e in ev if e.status == "dead" and _outage(e)
+                                         and e.finished - e.outage_since < outage_horizon),
         "live_above_cap": sum(1 for e in ev if e.status != "dead" and e.attempts > max_attempts),
     }
+
+
+def _outage(e: Any) -> bool:
+    return (e.error or "").startswith(f"{OUTAGE_REASON}:")
 
 
 def _runs(rl: list[Any]) -> dict[str, int]:

@@ -7,7 +7,10 @@ Quick and deterministic, with payload switches for the poison scenario:
 - ``hang``: sleep this many seconds without a heartbeat (a stuck tool call, past the lease
   and the run's soft time limit);
 - ``work``: seconds of work with a heartbeat every 0.2 s;
-- ``say``: the run writes one outbox message with this text (``urgent`` too, optionally).
+- ``say``: the run writes one outbox message with this text (``urgent`` too, optionally);
+- ``ask``: one call to the model (the real SDK, no retries of its own, against the scripted
+  Messages API at ``WAKEFUL_TEST_MODEL_URL``), whose reply is the run's message; the API
+  away is the claude agent's "try later" (agent.claude.model_reply).
 """
 
 from __future__ import annotations
@@ -37,4 +40,23 @@ def agent(run: Run) -> Outcome:
                 run.heartbeat()
         if p.get("say"):
             messages.append(Message(str(p["say"]), urgent=bool(p.get("urgent"))))
+        if p.get("ask"):
+            messages.append(Message(_ask(str(p["ask"]))))
     return Outcome(messages=messages)
+
+
+_client = None
+
+
+def _ask(text: str) -> str:
+    global _client
+    import anthropic
+
+    from agent.claude import model_reply
+
+    if _client is None:
+        _client = anthropic.Anthropic(base_url=os.environ["WAKEFUL_TEST_MODEL_URL"], api_key="fault-test",
+                                      max_retries=0, timeout=10)
+    reply = model_reply(_client, model="claude-scripted", max_tokens=64,
+                        messages=[{"role": "user", "content": text}])
+    return "".join(b.text for b in reply.content if b.type == "text")

@@ -529,6 +529,54 @@ def pickle_and_bad_calls(make_stack: MakeStack, rng: random.Random, scale: int =
                   measured={"rejections_recorded": recorded})
 
 
+# --- 13. The model API down, then overloaded -------------------------------------------------
+def model_api_down(make_stack: MakeStack, rng: random.Random, scale: int = 1) -> Result:
+    """The agent's model API refuses connections while questions arrive, a run worker is
+    SIGKILLed meanwhile, then the API answers 529 with a Retry-After before it recovers: every
+    question is answered once, none is dead (an outage far shorter than the horizon), and a
+    poison event beside them is still dead at the cap."""
+    from agent.scripted import ScriptedModel
+
+    with ScriptedModel() as model:
+        s = make_stack(WAKEFUL_TEST_MODEL_URL=model.base_url, WAKEFUL_OUTAGE_BACKOFF_BASE="1",
+                       WAKEFUL_OUTAGE_BACKOFF_MAX="2")
+        # A worker that blocks before its first finish commits (a "try later" during the
+        # outage), to be SIGKILLed there: placed, so the kill never falls between a claim's
+        # commit and the claim log the checker counts from.
+        healthy, faulty = s.worker("runs-a"), s.worker("runs-faulty", faults="before_finish_commit:block:1")
+        control, beat = s.control(), s.beat()
+        s.ready(healthy, faulty, control, beat)
+        mark = s.log_length()
+        model.refuse_connections()
+        questions = {(f"asks-{i}", f"q-{n}"): f"asks-{i} question {n}" for i in range(4 * scale) for n in range(2)}
+        s.feed([(inbox, "chat", sid, {"ask": text}) for (inbox, sid), text in questions.items()])
+        s.feed([("poison-beside", "webhook", "poison", {"raise": True})])
+        s.wait_blocked("before_finish_commit", after=mark, timeout=90)
+        s.kill(faulty, signal.SIGKILL)  # a crash during the outage still counts as an attempt
+        # Three waits each: past what the attempt cap allowed before an outage was told apart.
+        s.wait(lambda: _fewest_waits(s, {inbox for inbox, _ in questions}) >= 3,
+               "every question to wait out the outage three times", timeout=120 * scale)
+        model.fail_next(2 * scale, 529, retry_after=1)
+        model.accept_connections()
+        _drain(s, timeout=150 * scale)
+        counts = s.counts()
+        said = {inbox: " ".join(r.body for r in s.store.outbox(inbox)) for inbox, _ in questions}
+        counts["questions_not_answered_once"] = sum(
+            1 for (inbox, _), text in questions.items() if said[inbox].count(f"Noted: {text}") != 1)
+        [poison] = s.store.events("poison-beside")
+        counts["poison_not_dead_at_cap"] = int(poison.status != "dead" or poison.attempts != s.setting("max_attempts"))
+        waits = _fewest_waits(s, {inbox for inbox, _ in questions})
+    return Result(counts, injected={"sigkill": 1, "overloaded_529": 2 * scale},
+                  measured={"questions": len(questions), "fewest_waits": waits})
+
+
+def _fewest_waits(s: Stack, inboxes: set[str]) -> int:
+    """The fewest "try later" waits of the events of ``inboxes`` (0 until all are stored)."""
+    with s.store.engine.connect() as conn:
+        waits = conn.execute(select(events_table.c.waits).where(events_table.c.inbox.in_(inboxes))).scalars().all()
+    return min(waits) if len(waits) >= 2 * len(inboxes) else 0
+
+
 SCENARIOS: dict[str, Callable[..., Result]] = {
     "1 kill at fault points": kill_at_points,
     "2 pause past the lease": pause_past_lease,
@@ -542,4 +590,5 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "10 worker clock +-10 min": skewed_clocks,
     "11 pickle and bad calls": pickle_and_bad_calls,
     "12 agent tool calls": agent_tools,  # tests/faults/agent_scenario.py (issue 12)
+    "13 the model API down": model_api_down,
 }

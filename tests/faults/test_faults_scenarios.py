@@ -93,3 +93,9 @@ def test_12_agent_tool_calls_each_once_or_never(make_stack, rng: random.Random) 
     assert set(AGENT_COUNTS) <= set(result.counts)
     _assert_clean(result)
     assert result.measured["tool_executions"] >= result.measured["tool_uses"] > 0
+
+
+def test_13_the_model_api_down_costs_no_attempt_and_loses_no_question(make_stack, rng: random.Random) -> None:
+    result = scenarios.model_api_down(make_stack, rng)
+    _assert_clean(result)
+    assert result.measured["fewest_waits"] >= 3

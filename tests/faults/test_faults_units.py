@@ -9,7 +9,7 @@ import pytest
 
 from tasks import faults
 
-from checker import _gap_broken, _outbox, _runs, _timers
+from checker import Inputs, _events, _gap_broken, _outbox, _runs, _timers
 
 
 def test_spec_parses_points_actions_and_the_nth_reach(tmp_path) -> None:
@@ -75,3 +75,17 @@ def test_checker_counts_timer_and_outbox_violations() -> None:
         id=i, inbox="a", urgent=urgent, dispatch_key=key, claimed_at=claimed, sent_at=sent_at)
     assert _gap_broken([row(1, "k1", 0, 1), row(2, "k2", 5, 5), row(3, "k3", 6, 6, urgent=True)], 4) == 0
     assert _gap_broken([row(1, "k1", 0, 1), row(2, "k2", 3, 3)], 4) == 1
+
+
+def test_checker_tells_an_outage_from_a_poison_event() -> None:
+    def event(i: int, status: str, attempts: int, error: str | None = None, since: int | None = None,
+              finished: int | None = None) -> SimpleNamespace:
+        return SimpleNamespace(id=i, inbox="a", source="chat", source_id=str(i), status=status, attempts=attempts,
+                               error=error, outage_since=since, finished=finished, payload={})
+    inputs = Inputs({("a", "chat", str(i)) for i in range(1, 5)})
+    ev = [event(1, "dead", 3, "too many attempts (3); last error: boom"),
+          event(2, "dead", 0, "outage: still failing after the outage horizon (100 s); last: x", 1000, 1100),
+          event(3, "dead", 0, "outage: still failing after the outage horizon (100 s); last: x", 1000, 1050),
+          event(4, "dead", 1, "boom")]
+    counts = _events(ev, inputs, max_attempts=3, outage_horizon=100)
+    assert (counts["dead_below_cap"], counts["dead_outage_below_horizon"]) == (1, 1)
