@@ -1,6 +1,6 @@
 """``python -m bench.soak --minutes N [--json]``: the fault scenarios, with random faults, for N minutes.
 
-Runs the eleven scenarios of ``tests/faults/scenarios.py`` (the same code CI runs in its short
+Runs the scenarios of ``tests/faults/scenarios.py`` (the same code CI runs in its short
 versions) in a random order, round after round, each on a fresh PostgreSQL database and a
 private redis-server, with random fault parameters (which fault points, at which reach,
 where in the burst Redis is flushed, when connections are cut) and a random load scale.
