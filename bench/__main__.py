@@ -102,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "pgbouncer":
                 from bench import pgbouncer
 
-                pgbouncer.run(ctx)
+                try:
+                    pgbouncer.run(ctx)
+                except env.PeerMissing as exc:
+                    ctx.progress(f"{name} skipped: {exc}")
+                    continue
             ctx.progress(f"{name} done in {time.monotonic() - started:.1f}s")
         for w in workers:
             w.sample_rss()

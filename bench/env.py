@@ -30,6 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 POOL, CONCURRENCY, PREFETCH = "prefork", 2, 1
 
 
+class PeerMissing(Exception):
+    """A section's peer or tool is not on this machine: the section is skipped with this
+    one-line reason, and the rest of the bench runs."""
+
+
 def pg_conninfo(db: str = "postgres") -> str:
     return f"host={PG_HOST} port={PG_PORT} user={PG_USER} dbname={db}"
 

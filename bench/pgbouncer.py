@@ -19,12 +19,14 @@ from bench.context import Context
 from bench.drain import wakeful_rate
 
 sys.path.insert(0, str(env.ROOT / "tests"))
-from pgbouncer import running_pgbouncer, server_connections, through  # noqa: E402  (tests/pgbouncer.py)
+from pgbouncer import pgbouncer_binary, running_pgbouncer, server_connections, through  # noqa: E402  (tests/pgbouncer.py)
 
 MANY = 64
 
 
 def run(ctx: Context) -> None:
+    if pgbouncer_binary() is None:
+        raise env.PeerMissing("no pgbouncer binary (apt-get install pgbouncer)")
     app, main = ctx.wakeful_app, ctx.wakeful_worker
     store = Store.connect(env.sqlalchemy_url(ctx.main_db), pool_size=1)
     with running_pgbouncer() as port, psycopg.connect(env.pg_conninfo(ctx.main_db), autocommit=True) as conn:

@@ -52,6 +52,9 @@ class Settings:
     batch_limit: int = StoreSettings.batch_limit
     backoff_base: int = StoreSettings.backoff_base
     backoff_max: int = StoreSettings.backoff_max
+    outage_backoff_base: int = StoreSettings.outage_backoff_base
+    outage_backoff_max: int = StoreSettings.outage_backoff_max
+    outage_horizon: int = StoreSettings.outage_horizon
     dispatch_timeout: int = StoreSettings.dispatch_timeout
 
     # --- beat (seconds) ---
@@ -154,7 +157,8 @@ class Settings:
 
     def check(self) -> None:
         for name in ("lease_ttl", "max_attempts", "outbox_gap", "batch_limit", "backoff_base",
-                     "backoff_max", "dispatch_timeout", "max_runs_per_task", "run_time_limit",
+                     "backoff_max", "outage_backoff_base", "outage_backoff_max", "outage_horizon",
+                     "dispatch_timeout", "max_runs_per_task", "run_time_limit",
                      "webhook_attempts", "retention"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"WAKEFUL_{name.upper()} must be positive")
@@ -203,7 +207,8 @@ class Settings:
         """The keyword arguments for ``Store.connect``."""
         return {"pooler": self.database_pooler, **{name: getattr(self, name) for name in (
             "lease_ttl", "max_attempts", "outbox_gap", "batch_limit", "backoff_base",
-            "backoff_max", "dispatch_timeout")}}
+            "backoff_max", "outage_backoff_base", "outage_backoff_max", "outage_horizon",
+            "dispatch_timeout")}}
 
 
 def _parse(name: str, raw: str, default: Any) -> Any:

@@ -53,10 +53,15 @@ logfile = {workdir / 'pgbouncer.log'}
     return ini
 
 
+def pgbouncer_binary() -> str | None:
+    """The pgbouncer program, or None where it is not installed."""
+    return shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
+
+
 @contextmanager
 def running_pgbouncer() -> Iterator[int]:
     """PgBouncer's port, for as long as the block runs."""
-    binary = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
+    binary = pgbouncer_binary()
     if binary is None:
         service_missing("pgbouncer", "no pgbouncer binary (apt-get install pgbouncer)")
     workdir = Path(tempfile.mkdtemp(prefix="wakeful-pgbouncer-"))
