@@ -29,7 +29,8 @@ model = "claude-test"
 [routes.shop]
 upstream = "{upstream}/shop"
 secret_env = "WAKEFUL_TEST_SHOP_TOKEN"
-allow = ["GET /orders/", "POST /refunds", "GET /stream", "GET /slow", "GET /big", "GET /gzip"]
+allow = ["GET /orders/", "POST /refunds", "GET /stream", "GET /slow", "GET /big", "GET /gzip", "GET /br",
+         "GET /xgzip", "GET /encoded/"]
 
 [routes.anthropic]
 upstream = "{upstream}/anthropic"
@@ -48,7 +49,8 @@ def proxy_env(home: Path, database_url: str, config: Path, url: str, **extra: st
     env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS and not k.startswith("WAKEFUL_")}
     env.update({"WAKEFUL_HOME": str(home), "WAKEFUL_DATABASE_URL": database_url,
                 "WAKEFUL_AGENT_CONFIG": str(config), "WAKEFUL_PROXY_URL": url,
-                "WAKEFUL_PROXY_READ_TIMEOUT": "1.5", "WAKEFUL_PROXY_MAX_RESPONSE_BYTES": "65536"})
+                "WAKEFUL_PROXY_READ_TIMEOUT": "1.5", "WAKEFUL_PROXY_MAX_RESPONSE_BYTES": "65536",
+                "WAKEFUL_PROXY_HEADER_TIMEOUT": "1"})
     env.update(extra)
     return env
 
