@@ -25,9 +25,17 @@ from dataclasses import dataclass
 REDACTED = b"[wakeful: secret removed]"
 # PHP writes &#039;: leading zeros are real; bounded, so an encoded secret has a longest length.
 _ZEROS = 4
-_NAMES: dict[str, list[str]] = {}
-for _name, _value in html.entities.html5.items():
-    _NAMES.setdefault(_value, []).append(_name)
+
+
+def _entity_names() -> dict[str, list[str]]:
+    """Character -> its HTML5 entity names (``&`` -> ``amp;``, ``amp``, ``AMP;``, ``AMP``)."""
+    names: dict[str, list[str]] = {}
+    for name, value in html.entities.html5.items():
+        names.setdefault(value, []).append(name)
+    return names
+
+
+_NAMES = _entity_names()
 
 
 def _cases(hex_digits: str) -> list[str]:
@@ -62,21 +70,20 @@ def char_forms(c: str) -> frozenset[bytes]:
 def _alternation(forms: Iterable[bytes]) -> bytes:
     """A regular expression matching exactly ``forms``, their common beginnings factored out
     (a trie), so the regex engine tries one branch per next byte instead of every form."""
-    trie: dict = {}
+    trie: dict[int, dict] = {}
+    ends = -1  # the key that marks "a form ends here" (never a byte)
     for form in forms:
         node = trie
         for byte in form:
             node = node.setdefault(byte, {})
-        node[None] = {}
+        node[ends] = {}
 
-    def emit(node: dict) -> bytes:
-        branches = [re.escape(bytes([b])) + emit(child) for b, child in sorted(node.items(), key=lambda i: (i[0] is None, i[0] or 0)) if b is not None]
+    def emit(node: dict[int, dict]) -> bytes:
+        branches = [re.escape(bytes([b])) + emit(child) for b, child in sorted(node.items()) if b != ends]
         if not branches:
             return b""
         body = branches[0] if len(branches) == 1 else b"(?:" + b"|".join(branches) + b")"
-        if None in node:
-            body = b"(?:" + body + b")?"
-        return body
+        return b"(?:" + body + b")?" if ends in node else body
 
     return emit(trie)
 
