@@ -17,6 +17,7 @@ records every request it receives (method, path, query, headers, body).
 from __future__ import annotations
 
 import asyncio
+import os
 import gzip
 import json
 import sys
@@ -34,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cli.processes import Proc, Processes, free_port
+from cli.processes import Proc, Processes, free_port, wait_for
 from store import Store
 
 
@@ -213,3 +214,28 @@ class Stack:
         if grant is not None:
             headers["X-Wakeful-Grant"] = grant
         return httpx.request(method, self.proxy_url + path, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+
+
+SECRET_VARS = ("WAKEFUL_TEST_SHOP_TOKEN", "WAKEFUL_TEST_ANTHROPIC_KEY", "ANTHROPIC_API_KEY")
+
+
+def proxy_env(home: Path, database_url: str, config: Path, url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS and not k.startswith("WAKEFUL_")}
+    env.update({"WAKEFUL_HOME": str(home), "WAKEFUL_DATABASE_URL": database_url,
+                "WAKEFUL_AGENT_CONFIG": str(config), "WAKEFUL_PROXY_URL": url,
+                "WAKEFUL_PROXY_READ_TIMEOUT": "1.5", "WAKEFUL_PROXY_MAX_RESPONSE_BYTES": "65536",
+                "WAKEFUL_PROXY_HEADER_TIMEOUT": "1"})
+    env.update(extra)
+    return env
+
+
+def wait_healthy(url: str, proc: Proc, timeout: float = 60.0) -> None:
+    def healthy() -> bool:
+        if not proc.alive():
+            raise RuntimeError(f"the proxy exited:\n{proc.text()[-3000:]}")
+        try:
+            return httpx.get(url + "/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, timeout, "the proxy's /healthz")

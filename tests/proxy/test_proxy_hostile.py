@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import proxy_env, wait_healthy
-from proxy_support import ENCODINGS, WAKEFUL, Stack
+from proxy_support import ENCODINGS, WAKEFUL, Stack, proxy_env, wait_healthy
 from slow_clients import half_sent, half_sent_after_a_request, still_open
 
 from cli.processes import Processes, free_port
