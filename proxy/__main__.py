@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 
-import uvicorn
+import serving
 
 from .routes import RoutesError, load
 from .settings import ProxySettings, SettingsError
@@ -57,9 +57,8 @@ def main() -> int:
     host, port = settings.listen
     logging.getLogger("wakeful.proxy").info("proxy: routes %s, listening on %s", ", ".join(sorted(routes)),
                                             settings.url)
-    # No access log: uvicorn's prints query strings; the proxy logs method, path and outcome.
-    uvicorn.run(app, host=host, port=port, access_log=False, server_header=False, timeout_keep_alive=5,
-                log_level="info")
+    # The proxy logs method, path and outcome itself (serving.run turns uvicorn's access log off).
+    serving.run(app, host=host, port=port, header_timeout=settings.header_timeout, log_level="info")
     return 0
 
 

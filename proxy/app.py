@@ -9,13 +9,17 @@ For each request, in order (nothing goes upstream until all of them pass):
    generation no longer holds the inbox), effect done, or the route not covered: 403.
 3. The route exists (404), the path has no dot, empty or encoded-slash segment, and the
    route's allowlist allows the method and path: 403 otherwise.
-4. The request goes upstream without the caller's credentials, cookies or grant, with the
-   route's secret in the route's header and ``Accept-Encoding: identity`` (a compressed
-   body could not be scrubbed). Unreachable: 502; silent past the read timeout: 504.
+4. The request goes upstream with only the headers of ``_REQUEST_PASSED`` (an allowlist: no
+   credentials, cookies, grant or method/URL override ever), the route's secret in the
+   route's header and ``Accept-Encoding: identity`` (a compressed body could not be
+   scrubbed). Unreachable: 502; silent past the read timeout: 504.
 5. The response streams back as it arrives (server-sent events included), every route
-   secret replaced in its headers and body, cut at ``max_response_bytes``.
+   secret replaced in its headers and body (proxy/scrub.py), cut at ``max_response_bytes``.
+   A content encoding the proxy cannot decode is refused (502): it could not be scrubbed.
 6. One audit row (store/grants.py): inbox, generation, tool use, route, method, path without
-   its query, status, bytes, duration, outcome. Never a header or a body.
+   its query, status, bytes, duration, outcome. Never a header or a body. A route that does
+   not exist is recorded as ``(unknown)``, and refusals of callers without a live grant only
+   within ``refusals_per_second`` (store.grants.UNGRANTED).
 
 Refusals answer in the Messages API's error shape (``{"type": "error", "error": {"type",
 "message"}}``) so the anthropic SDK, and any tool, shows the reason; the header
@@ -42,10 +46,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route as StarletteRoute
 from starlette.types import Receive, Scope, Send
 
-from store.grants import OUTCOMES, GrantCheck
+from store.budget import WriteBudget
+from store.grants import OUTCOMES, UNGRANTED, UNKNOWN_ROUTE, GrantCheck
 
 from .routes import Route
-from .scrub import Scrubber
+from .scrub import Scrubber, Secrets
 from .settings import ProxySettings
 
 log = logging.getLogger("wakeful.proxy")
@@ -53,12 +58,24 @@ log = logging.getLogger("wakeful.proxy")
 GRANT_HEADER = "x-wakeful-grant"
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                "trailers", "transfer-encoding", "upgrade"}
-# Never forwarded: the caller's credentials of any kind, and what the proxy sets itself.
-_REQUEST_DROPPED = _HOP_BY_HOP | {"host", "content-length", "authorization", "x-api-key", GRANT_HEADER,
-                                  "cookie", "accept-encoding", "forwarded", "x-forwarded-for",
-                                  "x-forwarded-host", "x-forwarded-proto", "x-real-ip"}
+# The only request headers that go upstream, and any ``anthropic-*`` one. An allowlist, so a
+# header the proxy does not know never passes: X-HTTP-Method-Override or X-Original-URL
+# cannot make an allowed GET /orders/7 into a DELETE or another path behind the allowlist's
+# back. What a JSON API needs: the body's type, what the caller accepts, a write's
+# idempotency key; and the Messages API's own anthropic-version and anthropic-beta (no other
+# upstream reads anthropic-*). Not passed: credentials, cookies and the grant (the route's
+# secret replaces them), Host, Content-Length and Accept-Encoding (the proxy sets them),
+# forwarding and hop-by-hop headers, and the SDK's x-stainless-* telemetry (the worker's OS,
+# runtime and retry count: nothing an upstream needs to answer). A route that needs one more
+# lists it in ``pass_headers`` (proxy/routes.py).
+_REQUEST_PASSED = frozenset({"accept", "accept-language", "content-type", "idempotency-key", "user-agent"})
+_REQUEST_PASSED_PREFIX = "anthropic-"
 # The body is re-chunked (and may change length when scrubbed) and arrives decompressed.
 _RESPONSE_DROPPED = _HOP_BY_HOP | {"content-length", "content-encoding"}
+# Content encodings httpx always decodes (zlib is in the standard library). The proxy asks for
+# identity; anything else (br and zstd are decoded only when an optional package happens to
+# be installed, x-gzip and compress never) would reach the caller undecoded, so unscrubbed.
+_DECODED = frozenset({"identity", "gzip", "deflate"})
 _ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
                 413: "request_too_large", 502: "api_error", 503: "api_error", 504: "timeout_error"}
 
@@ -71,6 +88,21 @@ def grant_of(headers: Headers) -> str | None:
             return value
     scheme, _, token = headers.get("authorization", "").strip().partition(" ")
     return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def passed_headers(headers: Headers, route: Route) -> list[tuple[bytes, bytes]]:
+    """The caller's headers that go upstream: ``_REQUEST_PASSED`` and the route's own."""
+    def passes(name: str) -> bool:
+        return name in _REQUEST_PASSED or name.startswith(_REQUEST_PASSED_PREFIX) or name in route.pass_headers
+
+    return [(k, v) for k, v in headers.raw if passes(k.decode("latin-1").lower())]
+
+
+def decodable(upstream: httpx.Response) -> bool:
+    """Is every content encoding of the answer one the proxy decodes before scrubbing?"""
+    codings = {c.strip().lower() for value in upstream.headers.get_list("content-encoding")
+               for c in value.split(",")} - {""}
+    return codings <= _DECODED
 
 
 @dataclass(frozen=True)
@@ -109,8 +141,10 @@ class Proxy:
         self.routes = dict(routes)
         self.store = store
         self.settings = settings
-        self.secrets = [r.secret for r in self.routes.values()]
+        self.secrets = Secrets.of(r.secret for r in self.routes.values())  # compiled once
         self.client: httpx.AsyncClient | None = None
+        self.budget = WriteBudget(settings.refusals_per_second)
+        self.unrecorded = 0  # refusals answered and logged but over the budget (/healthz)
 
     def new_client(self) -> httpx.AsyncClient:
         s = self.settings
@@ -124,10 +158,14 @@ class Proxy:
         started = time.monotonic()
         method = scope["method"]
         headers = Headers(scope=scope)
-        target = target_of(scope.get("raw_path") or scope["path"].encode())
-        audit_path = target.path or target.raw
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        target = target_of(raw_path)
+        route = self.routes.get(target.route)
+        if route is None:  # the asked name is kept in the path (as sent), never as a key
+            exchange = Exchange(self, send, UNKNOWN_ROUTE, method, raw_path.decode("latin-1"), started)
+        else:
+            exchange = Exchange(self, send, route.name, method, target.path or target.raw, started)
         grant = grant_of(headers)
-        exchange = Exchange(self, send, target.route, method, audit_path, started)
         if grant is None:
             return await exchange.refuse(GrantCheck(401, "no_grant"), 401, "no_grant")
         try:
@@ -135,7 +173,6 @@ class Proxy:
         except Exception as exc:  # noqa: BLE001 - the store is down: refuse, and say so
             log.error("proxy: grant check failed: %s", type(exc).__name__)
             return await exchange.answer(503, "the proxy cannot reach its store", "store_down")
-        route = self.routes.get(target.route)
         if route is None:
             return await exchange.refuse(check, 404, "unknown_route")
         if not check.allowed:
@@ -190,8 +227,12 @@ class Exchange:
         self.route, self.method, self.path, self.started = route, method, path, started
 
     async def refuse(self, check: GrantCheck, status: int, outcome: str) -> None:
-        # Recorded first: by the time the caller reads the refusal, the audit has it.
-        await self.record(check, status, 0, outcome)
+        # Recorded first: by the time the caller reads the refusal, the audit has it. A caller
+        # without a live grant for the route is recorded only within the budget.
+        written = outcome not in UNGRANTED or self.proxy.budget.take()
+        if not written:
+            self.proxy.unrecorded += 1
+        await self.record(check, status, 0, outcome, written)
         await self.answer(status, OUTCOMES[outcome], outcome)
 
     async def answer(self, status: int, reason: str, outcome: str) -> None:
@@ -202,10 +243,13 @@ class Exchange:
             (b"x-wakeful-refused", outcome.encode())]})
         await self.send({"type": "http.response.body", "body": body})
 
-    async def record(self, check: GrantCheck, status: int, size: int, outcome: str) -> None:
+    async def record(self, check: GrantCheck, status: int, size: int, outcome: str, written: bool = True) -> None:
         ms = int((time.monotonic() - self.started) * 1000)
-        log.info("proxy: %s %s %s -> %s %s (%d bytes, %d ms, inbox %s, generation %s)", self.route,
-                 self.method, self.path[:200], status, outcome, size, ms, check.inbox, check.generation)
+        log.info("proxy: %s %s %s -> %s %s (%d bytes, %d ms, inbox %s, generation %s)%s", self.route,
+                 self.method, self.path[:200], status, outcome, size, ms, check.inbox, check.generation,
+                 "" if written else " not recorded: over the refusal budget")
+        if not written:
+            return
         with anyio.CancelScope(shield=True):  # a caller that went away still leaves its row
             try:
                 await anyio.to_thread.run_sync(lambda: self.proxy.store.record_egress(
@@ -218,9 +262,8 @@ class Exchange:
                       query: bytes, body: bytes, receive: Receive) -> None:
         url = route.upstream + target.raw + (("?" + query.decode("latin-1")) if query else "")
         name, secret = route.credential()
-        outgoing = [(k, v) for k, v in headers.raw if k.decode("latin-1").lower() not in _REQUEST_DROPPED
-                    and k.decode("latin-1").lower() != name]
-        outgoing += [(name.encode(), secret.encode()), (b"accept-encoding", b"identity")]
+        outgoing = passed_headers(headers, route) + [(name.encode(), secret.encode()),
+                                                     (b"accept-encoding", b"identity")]
         client = self.proxy.client
         assert client is not None, "the proxy's HTTP client starts with the app (lifespan)"
         try:
@@ -231,6 +274,9 @@ class Exchange:
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("proxy: %s upstream unreachable: %s", route.name, type(exc).__name__)
             return await self.refuse(check, 502, "upstream_down")
+        if not decodable(upstream):
+            await upstream.aclose()
+            return await self.refuse(check, 502, "upstream_encoding")
         try:
             size, outcome = await self.relay(upstream, receive)
         finally:
@@ -297,7 +343,7 @@ def create_app(routes: Mapping[str, Route], store: Any, settings: ProxySettings 
             await anyio.to_thread.run_sync(store.ping)
         except Exception as exc:  # noqa: BLE001 - any failure means the store is down
             return JSONResponse({"store": f"down ({type(exc).__name__})"}, status_code=503)
-        return JSONResponse({"store": "ok", "routes": sorted(proxy.routes)})
+        return JSONResponse({"store": "ok", "routes": sorted(proxy.routes), "refusals_unrecorded": proxy.unrecorded})
 
     return Starlette(routes=[StarletteRoute("/healthz", healthz, methods=["GET"]), Mount("", app=proxy)],
                      lifespan=lifespan)

@@ -6,11 +6,15 @@ upstream = "https://shop.example.com/api"   # where requests to {proxy}/shop/...
 secret_env = "SHOP_TOKEN"                   # or secret_file = "/run/secrets/shop_token"
 header = "Authorization"                    # the default; its value is "Bearer <secret>"
 allow = ["GET /orders/", "POST /refunds"]   # METHOD and path prefix; nothing else passes
+pass_headers = ["Shop-Version"]             # optional: request headers passed beyond the usual
 ```
 
 Any other header (``header = "x-api-key"``) carries the raw secret. A prefix matches whole
 path segments: ``/refunds`` allows ``/refunds`` and ``/refunds/7``, not ``/refunds-all``;
 ``/orders/`` allows everything below ``/orders/``. The query string is passed on unchecked.
+A request carries only the headers proxy/app.py passes (content type, accept, idempotency key,
+``anthropic-*``...) and those its route names in ``pass_headers`` (an API that wants a version
+header of its own); never a credential, a cookie or one that means something to HTTP itself.
 
 Everything is checked when the proxy starts: a wrong table stops it with an error naming the
 route (and the variable or file, never a secret's value).
@@ -30,11 +34,16 @@ from urllib.parse import urlsplit
 CONFIG_ENV = "WAKEFUL_AGENT_CONFIG"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")  # an HTTP token (RFC 9110)
-_KEYS = {"upstream", "secret_env", "secret_file", "header", "allow"}
+_KEYS = {"upstream", "secret_env", "secret_file", "header", "allow", "pass_headers"}
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # Headers that a route's secret may not go in: they mean something to HTTP itself.
 _RESERVED = {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer",
              "keep-alive", "cookie", "x-wakeful-grant"}
+# Headers no route may pass: credentials, and what the proxy sets or HTTP means by itself.
+_NEVER_PASSED = _RESERVED | {"authorization", "x-api-key", "proxy-authorization", "accept-encoding", "forwarded",
+                             "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
+                             "x-http-method-override", "x-http-method", "x-method-override", "x-original-url",
+                             "x-rewrite-url"}
 # Shorter secrets would redact ordinary words from every response (and are not secrets).
 MIN_SECRET = 8
 
@@ -63,6 +72,7 @@ class Route:
     header: str  # lower case
     allow: tuple[Rule, ...]
     secret: str = field(repr=False)
+    pass_headers: frozenset[str] = frozenset()  # lower case
 
     def allows(self, method: str, path: str) -> bool:
         return any(rule.allows(method, path) for rule in self.allow)
@@ -109,7 +119,19 @@ def _route(path: str, name: str, spec: Any, env: Mapping[str, str]) -> Route:
     if not isinstance(header, str) or not _HEADER.match(header) or header.lower() in _RESERVED:
         raise RoutesError(f"{where}: header must be an HTTP header name (not {', '.join(sorted(_RESERVED))})")
     return Route(name=name, upstream=_upstream(where, spec.get("upstream")), header=header.lower(),
-                 allow=_allow(where, spec.get("allow")), secret=_secret(where, spec, env))
+                 allow=_allow(where, spec.get("allow")), secret=_secret(where, spec, env),
+                 pass_headers=_pass_headers(where, spec.get("pass_headers", []), header.lower()))
+
+
+def _pass_headers(where: str, value: Any, secret_header: str) -> frozenset[str]:
+    if not isinstance(value, list) or not all(isinstance(h, str) and _HEADER.match(h) for h in value):
+        raise RoutesError(f"{where}: pass_headers must be a list of HTTP header names")
+    names = frozenset(h.lower() for h in value)
+    refused = sorted(names & (_NEVER_PASSED | {secret_header}))
+    if refused:
+        raise RoutesError(f"{where}: pass_headers may not name {', '.join(refused)} (credentials, what the "
+                          "proxy sets, and method or URL overrides never pass)")
+    return names
 
 
 def _upstream(where: str, value: Any) -> str:

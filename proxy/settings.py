@@ -32,6 +32,17 @@ class ProxySettings:
     # response starts, cut after). A streamed answer sends pings well inside this; a long
     # non-streamed one sends nothing until done, so this is the slowest answer accepted.
     read_timeout: float = 300.0
+    # Seconds a caller has to send a request's headers, from connecting (or from the end of
+    # the previous answer on a kept-alive connection): then the connection is closed
+    # (serving.py). Workers send their headers in one write, so 10 s is already generous; a
+    # slow or stalled client no longer holds a connection and a file descriptor for ever.
+    header_timeout: float = 10.0
+    # Refusals of callers without a live grant for the route (no grant, forged, expired,
+    # fenced, unknown route...) written to the audit a second, twice as many at once
+    # (store/budget.py): anyone who reaches the proxy can cause them at will, and a flood of
+    # them must not become a flood of writes. Beyond it they are answered, logged and counted
+    # (``refusals_unrecorded`` in /healthz). A caller with a live grant is always recorded.
+    refusals_per_second: int = 20
 
     @property
     def listen(self) -> tuple[str, int]:
@@ -52,7 +63,8 @@ class ProxySettings:
             raise SettingsError(f"{URL_ENV} has a bad port: {url!r}") from None
         values: dict[str, object] = {"url": url.rstrip("/")}
         for name, kind in (("max_response_bytes", int), ("max_request_bytes", int),
-                           ("connect_timeout", float), ("read_timeout", float)):
+                           ("connect_timeout", float), ("read_timeout", float), ("header_timeout", float),
+                           ("refusals_per_second", int)):
             var = f"WAKEFUL_PROXY_{name.upper()}"
             raw = env.get(var, "").strip()
             if not raw:

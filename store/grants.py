@@ -60,9 +60,23 @@ OUTCOMES = {
     "upstream_down": "the upstream could not be reached",
     "upstream_timeout": "the upstream did not answer in time",
     "upstream_cut": "the upstream failed mid-response",
+    "upstream_encoding": "the upstream answered in a content encoding the proxy cannot decode (so could not "
+                         "scrub)",
     "response_cut": "the response was cut at the proxy's size limit",
     "client_gone": "the caller went away before the response ended",
 }
+
+# Refusals of a caller without a live grant for the route: anyone who can reach the proxy can
+# cause them at will, so the proxy writes them within a budget (proxy/settings.py) and the
+# audit keeps the newest UNGRANTED_KEPT of each route and outcome. A caller with a live grant
+# (a path the allowlist refuses, an upstream failing) is always recorded and never capped:
+# that is the evidence of a hijacked run, and the grant's run bounds it.
+UNGRANTED = frozenset({"no_grant", "forged", "expired", "fenced", "effect_done", "route_not_granted",
+                       "unknown_route"})
+UNGRANTED_KEPT = 1000
+# The route recorded for a request to a route that does not exist: a caller's made-up name
+# never becomes an audit key or a /metrics label (it is outside the route name grammar).
+UNKNOWN_ROUTE = "(unknown)"
 
 
 def token_hash(token: str) -> str:
@@ -207,11 +221,20 @@ def record(conn: Connection, check_: GrantCheck, route: str, method: str, path: 
     outcome = outcome or check_.outcome
     if outcome not in OUTCOMES:
         raise ValueError(f"unknown audit outcome {outcome!r}")
+    route = _storable(route, ROUTE_MAX)
     conn.execute(insert(audit).values(
         at=clock_expr(now), inbox=check_.inbox, generation=check_.generation,
-        tool_use_id=check_.tool_use_id, route=_storable(route, ROUTE_MAX), method=_storable(method, 16),
+        tool_use_id=check_.tool_use_id, route=route, method=_storable(method, 16),
         path=_storable(path, PATH_MAX), status=status, bytes=size, duration_ms=duration_ms,
         outcome=outcome))
+    if outcome in UNGRANTED:
+        # The cap: rows of this route and outcome beyond the newest UNGRANTED_KEPT go (read
+        # through the not-ok index; usually nothing to delete). Retention still purges by age.
+        same = and_(audit.c.route == route, audit.c.outcome == outcome,
+                    audit.c.outcome != literal_column("'ok'"))
+        oldest_kept = (select(audit.c.id).where(same).order_by(audit.c.id.desc())
+                       .offset(UNGRANTED_KEPT - 1).limit(1).scalar_subquery())
+        conn.execute(delete(audit).where(same, audit.c.id < oldest_kept))
 
 
 def _storable(text: str, limit: int) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 import types
 from datetime import datetime, timezone
 import typing
@@ -39,6 +38,7 @@ from celery.worker.consumer import Consumer
 from celery.worker.strategy import default as default_strategy
 from kombu.exceptions import ContentDisallowed, DecodeError
 
+from store.budget import WriteBudget
 from store.validate import excerpt as bounded_excerpt
 from tasks.settings import settings
 
@@ -282,27 +282,15 @@ def _text(value: Any, limit: int = 200) -> str:
     return repr(value)[:limit]
 
 
-# A flood of garbage must not become a flood of writes to the database that decides what
-# is true: WAKEFUL_REJECTIONS_PER_SECOND a worker (a burst of twice as many); beyond it a
+# WAKEFUL_REJECTIONS_PER_SECOND refusals a worker are written (store/budget.py); beyond it a
 # refusal is dropped, logged and counted in ``unrecorded``.
-_budget = {"tokens": 2 * settings.rejections_per_second, "at": time.monotonic()}
+_budget = WriteBudget(settings.rejections_per_second)
 unrecorded = 0
-
-
-def _may_record() -> bool:
-    now, rate = time.monotonic(), settings.rejections_per_second
-    tokens = min(2 * rate, _budget["tokens"] + (now - _budget["at"]) * rate)
-    _budget["at"] = now
-    if tokens < 1:
-        _budget["tokens"] = tokens
-        return False
-    _budget["tokens"] = tokens - 1
-    return True
 
 
 def record(queue: str, reason: str, message: Any) -> None:
     global unrecorded
-    if not _may_record():
+    if not _budget.take():
         unrecorded += 1
         return
     inbox = None

@@ -9,26 +9,25 @@ from __future__ import annotations
 
 import logging
 
-import uvicorn
+import serving
 
-from .settings import listen_address
+from .settings import header_timeout, listen_address
 
 
 def main() -> None:
     host, port = listen_address()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    uvicorn.run(
+    serving.run(
         "web.app:create_app",
         factory=True,
         host=host,
         port=port,
-        access_log=False,
+        # A slow client holds a connection only until its headers are late (serving.py), and
+        # between requests for uvicorn's 5 s keep-alive.
+        header_timeout=header_timeout(),
         # Behind a TLS proxy the client address comes from X-Forwarded-For; uvicorn trusts it
         # only from FORWARDED_ALLOW_IPS (default 127.0.0.1).
         proxy_headers=True,
-        server_header=False,
-        # A slow client cannot hold a connection open forever between requests.
-        timeout_keep_alive=5,
     )
 
 

@@ -22,6 +22,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from store.budget import WriteBudget
+
 from .refusals import Refused, excerpt, storable
 from .settings import WebSettings
 
@@ -78,24 +80,11 @@ class Edge:
     _store: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ringing: threading.BoundedSemaphore = field(init=False)
-    _budget: float = field(init=False)
-    _budget_at: float = field(init=False)
+    _budget: WriteBudget = field(init=False)  # the rejection table's writes (single event loop)
 
     def __post_init__(self) -> None:
         self._ringing = threading.BoundedSemaphore(self.settings.rings_in_flight)
-        self._budget = 2.0 * self.settings.rejections_per_second
-        self._budget_at = self.clock()
-
-    def _may_record(self) -> bool:
-        """A token bucket over the rejection table's writes (single event loop: no lock)."""
-        now = self.clock()
-        rate = self.settings.rejections_per_second
-        self._budget = min(2.0 * rate, self._budget + max(0.0, now - self._budget_at) * rate)
-        self._budget_at = now
-        if self._budget < 1.0:
-            return False
-        self._budget -= 1.0
-        return True
+        self._budget = WriteBudget(self.settings.rejections_per_second, self.clock)
 
     @property
     def store(self) -> Any:
@@ -154,7 +143,7 @@ class Edge:
         reason = f"{refused.status} {refused.code}: {refused.detail}"
         log.info("refused %s %s inbox=%r source_id=%r", ctx.origin, reason, ctx.inbox, source_id)
         response = JSONResponse({"error": refused.code, "detail": refused.detail}, status_code=refused.status)
-        if not self._may_record():
+        if not self._budget.take():
             self.unrecorded[ctx.origin] += 1
             return response
         try:

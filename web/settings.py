@@ -129,6 +129,18 @@ def listen_address(env: Mapping[str, str] | None = None) -> tuple[str, int]:
     return host, port
 
 
+# Seconds a client has to send a request's headers (serving.py): senders and browsers send
+# them at once, and a buffering reverse proxy in front (recommended) sends them whole; a
+# half-sent request no longer holds a connection for ever. nginx waits 60 s, Apache's
+# mod_reqtimeout 20 s; 10 s is ample for a real client on any link.
+DEFAULT_HEADER_TIMEOUT = 10
+
+
+def header_timeout(env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    return _int(env, "WAKEFUL_WEB_HEADER_TIMEOUT", DEFAULT_HEADER_TIMEOUT)
+
+
 def runtime_settings():  # type: ignore[no-untyped-def]
     """The runtime's settings object (tasks/settings.py): the one source of truth for the
     store and broker URLs, so web and workers can never point at different databases."""

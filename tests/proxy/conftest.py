@@ -4,7 +4,6 @@ environment only: this process keeps them to check what the upstream received.""
 
 from __future__ import annotations
 
-import os
 import secrets
 import uuid
 from collections.abc import Iterator
@@ -13,12 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 from databases import create_pg_database, drop_pg_database
-from proxy_support import WAKEFUL, Stack, Upstream
+from proxy_support import WAKEFUL, Stack, Upstream, proxy_env, wait_healthy
 
-from cli.processes import Proc, Processes, free_port, wait_for
+from cli.processes import Processes, free_port
 from store import Store
-
-SECRET_VARS = ("WAKEFUL_TEST_SHOP_TOKEN", "WAKEFUL_TEST_ANTHROPIC_KEY", "ANTHROPIC_API_KEY")
 
 
 def routes_toml(upstream: str, closed_port: int) -> str:
@@ -29,7 +26,8 @@ model = "claude-test"
 [routes.shop]
 upstream = "{upstream}/shop"
 secret_env = "WAKEFUL_TEST_SHOP_TOKEN"
-allow = ["GET /orders/", "POST /refunds", "GET /stream", "GET /slow", "GET /big", "GET /gzip"]
+allow = ["GET /orders/", "POST /refunds", "GET /stream", "GET /slow", "GET /big", "GET /gzip", "GET /br",
+         "GET /xgzip", "GET /encoded/"]
 
 [routes.anthropic]
 upstream = "{upstream}/anthropic"
@@ -42,27 +40,6 @@ upstream = "http://127.0.0.1:{closed_port}"
 secret_env = "WAKEFUL_TEST_SHOP_TOKEN"
 allow = ["GET /"]
 """
-
-
-def proxy_env(home: Path, database_url: str, config: Path, url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS and not k.startswith("WAKEFUL_")}
-    env.update({"WAKEFUL_HOME": str(home), "WAKEFUL_DATABASE_URL": database_url,
-                "WAKEFUL_AGENT_CONFIG": str(config), "WAKEFUL_PROXY_URL": url,
-                "WAKEFUL_PROXY_READ_TIMEOUT": "1.5", "WAKEFUL_PROXY_MAX_RESPONSE_BYTES": "65536"})
-    env.update(extra)
-    return env
-
-
-def wait_healthy(url: str, proc: Proc, timeout: float = 60.0) -> None:
-    def healthy() -> bool:
-        if not proc.alive():
-            raise RuntimeError(f"the proxy exited:\n{proc.text()[-3000:]}")
-        try:
-            return httpx.get(url + "/healthz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(healthy, timeout, "the proxy's /healthz")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,9 @@ records every request it receives (method, path, query, headers, body).
   waits until the test says it has read the first ones (``gate``), so passing proves the
   proxy streams as the events arrive, with no timing in the test.
 - ``/shop/slow``: answers after ``slow_seconds``; ``/shop/big``: ``big_bytes`` of body;
-  ``/shop/gzip``: a gzip-encoded body holding a secret.
+  ``/shop/gzip``: a gzip-encoded body holding a secret; ``/shop/br`` and ``/shop/xgzip``: the
+  secret under a ``Content-Encoding`` httpx passes through undecoded (``br`` without the
+  brotli package, ``x-gzip``); ``/shop/encoded/{form}``: the secret re-encoded (``ENCODINGS``).
 - ``/shop/...`` otherwise: echoes the request (headers included) as JSON, and its
   Authorization header in ``x-echo-auth``: the upstream that would leak a key.
 - ``/anthropic/v1/messages``: a scripted Messages API (JSON, or SSE when ``stream`` is true),
@@ -15,6 +17,7 @@ records every request it receives (method, path, query, headers, body).
 from __future__ import annotations
 
 import asyncio
+import os
 import gzip
 import json
 import sys
@@ -32,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cli.processes import Proc, Processes, free_port
+from cli.processes import Proc, Processes, free_port, wait_for
 from store import Store
 
 
@@ -80,9 +83,17 @@ class Upstream:
                 return JSONResponse({"late": True})
             if path == "/big":
                 return Response(b"x" * self.big_bytes, media_type="application/octet-stream")
-            if path == "/gzip":
+            if path in ("/gzip", "/xgzip"):
                 body = gzip.compress(json.dumps({"auth": seen.headers.get("authorization")}).encode())
-                return Response(body, media_type="application/json", headers={"content-encoding": "gzip"})
+                return Response(body, media_type="application/json",
+                                headers={"content-encoding": path.removeprefix("/")})
+            if path == "/br":  # not brotli at all: whoever decodes it must refuse it, not pass it on
+                return Response(json.dumps({"auth": seen.headers.get("authorization")}).encode(),
+                                media_type="application/json", headers={"content-encoding": "br"})
+            if path.startswith("/encoded/"):
+                secret = seen.headers.get("authorization", "").removeprefix("Bearer ")
+                return Response(b"found: " + ENCODINGS[path.removeprefix("/encoded/")](secret).encode(),
+                                media_type="text/plain")
             return JSONResponse({"method": seen.method, "path": path, "query": seen.query,
                                  "headers": seen.headers, "body": seen.body.decode(errors="replace")},
                                 headers={"x-echo-auth": seen.headers.get("authorization", "")})
@@ -162,6 +173,18 @@ def _message(body: dict[str, Any], text: str) -> dict[str, Any]:
 
 WAKEFUL = str(Path(sys.executable).parent / "wakeful")
 
+# How an upstream might hand a secret back re-encoded: each must come back scrubbed.
+ENCODINGS = {
+    "url-all-upper": lambda s: "".join(f"%{ord(c):02X}" for c in s),
+    "url-all-lower": lambda s: "".join(f"%{ord(c):02x}" for c in s),
+    "url-some": lambda s: "".join(f"%{ord(c):02X}" if i % 3 == 0 else c for i, c in enumerate(s)),
+    "json-u-all": lambda s: "".join(f"\\u{ord(c):04x}" for c in s),
+    "json-u-some": lambda s: "".join(f"\\u{ord(c):04X}" if i % 2 else c for i, c in enumerate(s)),
+    "html-decimal": lambda s: "".join(f"&#{ord(c)};" for c in s),
+    "html-decimal-zeros": lambda s: "".join(f"&#{ord(c):03d};" for c in s),
+    "html-hex": lambda s: "".join(f"&#x{ord(c):x};" if i % 2 else f"&#X{ord(c):X};" for i, c in enumerate(s)),
+}
+
 
 @dataclass
 class Stack:
@@ -191,3 +214,28 @@ class Stack:
         if grant is not None:
             headers["X-Wakeful-Grant"] = grant
         return httpx.request(method, self.proxy_url + path, headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+
+
+SECRET_VARS = ("WAKEFUL_TEST_SHOP_TOKEN", "WAKEFUL_TEST_ANTHROPIC_KEY", "ANTHROPIC_API_KEY")
+
+
+def proxy_env(home: Path, database_url: str, config: Path, url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS and not k.startswith("WAKEFUL_")}
+    env.update({"WAKEFUL_HOME": str(home), "WAKEFUL_DATABASE_URL": database_url,
+                "WAKEFUL_AGENT_CONFIG": str(config), "WAKEFUL_PROXY_URL": url,
+                "WAKEFUL_PROXY_READ_TIMEOUT": "1.5", "WAKEFUL_PROXY_MAX_RESPONSE_BYTES": "65536",
+                "WAKEFUL_PROXY_HEADER_TIMEOUT": "1"})
+    env.update(extra)
+    return env
+
+
+def wait_healthy(url: str, proc: Proc, timeout: float = 60.0) -> None:
+    def healthy() -> bool:
+        if not proc.alive():
+            raise RuntimeError(f"the proxy exited:\n{proc.text()[-3000:]}")
+        try:
+            return httpx.get(url + "/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(healthy, timeout, "the proxy's /healthz")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from store import Effect, Outcome, Store
+from store import grants as grant_rules
 from store.effects import Effects
 from store.grants import TOKEN_PREFIX, GrantCheck, token_hash
 from store.tables import grants
@@ -158,3 +159,22 @@ def test_a_hostile_route_or_path_is_recorded_not_lost(store: Store) -> None:
     assert entry.route == "sh\\x00op" and entry.path.startswith("/a\\x00b\\udc80x") and len(entry.path) == 1024
     with pytest.raises(ValueError, match="unknown audit outcome"):
         store.record_egress(GrantCheck(401, "no_grant"), "shop", "GET", "/", 401, outcome="fine", now=T)
+
+
+def test_ungranted_refusals_keep_the_newest_of_each_route_and_outcome(store: Store,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23 item 10: refusals anyone can cause are capped (per route and outcome); a caller
+    with a live grant is never capped."""
+    monkeypatch.setattr(grant_rules, "UNGRANTED_KEPT", 3)
+    gen = _lease(store)
+    ok = store.check_grant(store.mint_grant("a", "w1", gen, ["shop"], 600, now=T), "shop", now=T)
+    for n in range(6):
+        store.record_egress(GrantCheck(403, "forged"), grant_rules.UNKNOWN_ROUTE, "GET", f"/x{n}/y", 403, now=T + n)
+        store.record_egress(GrantCheck(401, "no_grant"), "shop", "GET", f"/n{n}", 401, now=T + n)
+        store.record_egress(ok, "shop", "GET", f"/admin{n}", 403, outcome="path_not_allowed", now=T + n)
+    paths = [e.path for e in store.audit(limit=100)]
+    assert [p for p in paths if p.startswith("/x")] == ["/x3/y", "/x4/y", "/x5/y"]
+    assert [p for p in paths if p.startswith("/n")] == ["/n3", "/n4", "/n5"]
+    assert len([p for p in paths if p.startswith("/admin")]) == 6
+    assert store.metrics(now=T)["proxy_not_ok"] == {
+        "(unknown)": {"forged": 3}, "shop": {"no_grant": 3, "path_not_allowed": 6}}

@@ -12,10 +12,11 @@ from hypothesis import given, settings, strategies as st
 
 from proxy.app import target_of
 from proxy.routes import Rule, RoutesError, parse
-from proxy.scrub import REDACTED, Scrubber
+from proxy.scrub import REDACTED, Scrubber, Secrets
 from proxy.settings import ProxySettings, SettingsError
 
 SECRETS = ["sk-ant-api03-AbC/def+123456789", "shop-token-0123456789abcdef"]
+COMPILED = Secrets.of(SECRETS)  # as the proxy does: once (tens of ms), not per response
 
 
 def _chunked(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -30,9 +31,9 @@ def _chunked(data: bytes, cuts: list[int]) -> list[bytes]:
        st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
 def test_no_secret_survives_any_chunking(parts: list[bytes], cuts: list[int]) -> None:
     data = b"".join(parts)
-    scrubber = Scrubber(SECRETS)
+    scrubber = Scrubber(COMPILED)
     out = b"".join(scrubber.feed(chunk) for chunk in _chunked(data, cuts)) + scrubber.finish()
-    whole = Scrubber(SECRETS)
+    whole = Scrubber(COMPILED)
     assert out == whole.feed(data) + whole.finish()  # the chunking changes nothing
     for secret in SECRETS:
         assert secret.encode() not in out and secret.replace("/", "\\/").encode() not in out
@@ -47,6 +48,52 @@ def test_the_scrubber_holds_back_only_a_possible_start_of_a_secret() -> None:
     assert scrubber.finish() == b""
     assert Scrubber([]).feed(b"abc") == b"abc"
     assert Scrubber(["abcdefgh12"]).whole(b"Bearer abcdefgh12") == b"Bearer " + REDACTED
+
+
+@pytest.mark.parametrize("secret", ["sk-ant-api03-AbC/def+123456789", "p&<>\"'x-se cret"])
+def test_a_secret_is_scrubbed_in_every_encoding_and_any_mix_of_them(secret: str) -> None:
+    """Issue 23 item 5: URL-encoded (either hex case, + for a space), JSON \\u escapes of some
+    or all characters, HTML entities (decimal, hex, leading zeros, names), mixed per character."""
+    import html
+    import json
+    from urllib.parse import quote, quote_plus
+
+    forms = {
+        "url": quote(secret, safe=""), "url-plus": quote_plus(secret),
+        "url-lower": "".join(f"%{ord(c):02x}" for c in secret),
+        "json": json.dumps(secret)[1:-1], "json-all": "".join(f"\\u{ord(c):04X}" for c in secret),
+        "html": html.escape(secret), "html-all": "".join(f"&#{ord(c)};" for c in secret),
+        "html-hex": "".join(f"&#x{ord(c):04x};" for c in secret),
+        "named": secret.replace("&", "&amp;").replace("<", "&lt;").replace("/", "&sol;").replace("'", "&apos;"),
+        "mixed": "".join((c, f"%{ord(c):02X}", f"\\u{ord(c):04x}", f"&#{ord(c):03d};")[i % 4]
+                         for i, c in enumerate(secret)),
+    }
+    compiled = Secrets.of([secret])
+    for name, form in forms.items():
+        out = Scrubber(compiled).whole(b"<" + form.encode() + b">")
+        assert out == b"<" + REDACTED + b">", name
+        data = b"x " + form.encode() + b" y"
+        for cut in range(len(data) + 1):  # split at every byte: held back, never leaked
+            scrubber = Scrubber(compiled)
+            assert scrubber.feed(data[:cut]) + scrubber.feed(data[cut:]) + scrubber.finish() == (
+                b"x " + REDACTED + b" y"), (name, cut)
+
+
+def test_the_scrubber_leaves_near_misses_alone() -> None:
+    scrubber = Scrubber(["abcdefgh12"])
+    for text in (b"abcdefgh1", b"%61bcdefgh1", b"ABCDEFGH12", b"abcdefgh%313", b"&#97bcdefgh12"):
+        assert scrubber.whole(text) == text, text
+
+
+def test_a_route_passes_the_headers_it_names_and_the_usual_ones_only() -> None:
+    from starlette.datastructures import Headers
+
+    from proxy.app import passed_headers
+
+    [route] = parse({"shop": _route(pass_headers=["Shop-Version"])}, "a.toml", ENV).values()
+    sent = Headers(raw=[(k.encode(), b"v") for k in ("shop-version", "content-type", "anthropic-beta", "x-api-key",
+                                                   "x-http-method-override", "x-stainless-os", "other-version")])
+    assert [k for k, _ in passed_headers(sent, route)] == [b"shop-version", b"content-type", b"anthropic-beta"]
 
 
 def _route(**spec: object) -> dict[str, object]:
@@ -80,6 +127,9 @@ def test_a_route_parses_with_its_defaults() -> None:
     ({"upstream": "https://x", "secret_file": "/nonexistent/secret", "allow": ["GET /"]}, "cannot read the file"),
     (_route(header="Host"), "header must be"),
     (_route(colour="red"), "unknown key(s) colour"),
+    (_route(pass_headers=["X-HTTP-Method-Override"]), "pass_headers may not name x-http-method-override"),
+    (_route(pass_headers=["Authorization"]), "pass_headers may not name authorization"),
+    (_route(pass_headers="Shop-Version"), "pass_headers must be a list"),
     ({"upstream": "https://x", "allow": ["GET /"]}, "exactly one of secret_env or secret_file"),
 ])
 def test_a_bad_route_is_named_in_a_clear_error(spec: dict[str, object], words: str) -> None:

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from slow_clients import half_sent, half_sent_after_a_request, still_open
 from web_support import APPROVAL_SECRET, GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET
 from store import Store
 from web.tokens import approval_link
@@ -188,5 +189,19 @@ def test_broker_down_health_says_so_and_deliveries_still_land(web_db_url: str, s
         rings = {s.labels["outcome"]: s.value for f in text_string_to_metric_families(metrics)
                  if f.name == "wakeful_web_doorbells" for s in f.samples}
         assert sum(rings.values()) == 1, rings  # one ring tried; returned, late or failed
+    finally:
+        stop(server)
+
+
+def test_requests_whose_headers_never_finish_are_dropped(web_db_url: str, tmp_path: Path) -> None:
+    """Issue 23 item 9: 300 half-sent requests (and a keep-alive connection that stops halfway
+    through its second request) are closed once WAKEFUL_WEB_HEADER_TIMEOUT passes, and
+    /healthz answers meanwhile."""
+    server = start(web_db_url, tmp_path, WAKEFUL_WEB_HEADER_TIMEOUT="1")
+    try:
+        socks = half_sent(server.url, 300) + [half_sent_after_a_request(server.url)]
+        assert httpx.get(server.url + "/healthz", timeout=30).status_code == 200
+        left = still_open(socks)
+        assert left == 0, f"{left} of {len(socks)} half-sent requests still open after 60 s"
     finally:
         stop(server)
