@@ -84,7 +84,7 @@ def _flag_strings(value: Any, where: str, flags: list[str]) -> None:
     if isinstance(value, str):
         _flag(value, where or "the input", flags)
     elif isinstance(value, dict):
-        for key, item in value.items():
+        for key, item in sorted(value.items()):  # in the order the JSON shows them
             inner = f"{where} > {json.dumps(key, ensure_ascii=True)}" if where else json.dumps(key, ensure_ascii=True)
             _flag(str(key), f"the key {inner}", flags)
             _flag_strings(item, inner, flags)
@@ -108,8 +108,10 @@ def _described(char: str) -> str:
     name = unicodedata.name(char, "")  # control characters have none
     if _BIDI.match(char):
         kind = "reorders the text around it"
-    elif unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Mn", "Me"):
-        kind = "invisible or a control"
+    elif unicodedata.category(char) == "Cc":
+        kind = "a control character"
+    elif unicodedata.category(char) in ("Cf", "Zl", "Zp", "Mn", "Me"):
+        kind = "invisible"
     elif unicodedata.category(char).startswith("Z"):
         kind = "a space that is not a plain space"
     else:
