@@ -34,7 +34,7 @@ DEMO_ENV = {
     "WAKEFUL_SWEEP_INTERVAL": "0.5",
     "WAKEFUL_DISPATCH_INTERVAL": "0.5",
     "WAKEFUL_AGENT": "agent.demo:agent",
-    # wakeful.answer_approval takes an answer only with the approval's token
+    # wakeful.answer_approval takes an answer only with its token, made from the approval's link
     "WAKEFUL_APPROVAL_SECRET": "demo-approval-secret",
 }
 
@@ -357,9 +357,10 @@ class Demo:
 
     # --- helpers --------------------------------------------------------------------
     def _answer(self, inbox: str, request_id: str, answer: str) -> str:
-        from web.tokens import make_token
+        from web.tokens import answer_token, make_token
 
-        token = make_token(inbox, request_id, secret=DEMO_ENV["WAKEFUL_APPROVAL_SECRET"])
+        link_token = make_token(inbox, request_id, secret=DEMO_ENV["WAKEFUL_APPROVAL_SECRET"])
+        token = answer_token(link_token, answer)
         result = self.app.send_task("wakeful.answer_approval", kwargs={
             "inbox": inbox, "request_id": request_id, "answer": answer, "token": token},
             ignore_result=False)

@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from cli.terminal import safe
+from store.display import safe
 
 hooks_cli = typer.Typer(no_args_is_help=True, help="Per-inbox webhook secrets (encrypted at rest).")
 KINDS = ("github", "stripe", "standard")

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 
-from cli.terminal import safe
 from cli.agent_views import approval_tools, describe_run, run_details
+from store.display import safe
 
 if TYPE_CHECKING:
     from store import InboxStatus, Store

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, func, or_, select, update
 
-from . import approvals, retries, validate
+from . import approvals, display, retries, validate
 from . import inbox as inbox_rules
 from .db import clock, insert
 from .records import AT_LEAST_ONCE, AT_MOST_ONCE, Effect, EffectRow, InvalidOutcome
@@ -125,11 +125,16 @@ def _compact(value: Any) -> str:
 
 
 def _approval_body(tool: str, payload: dict[str, Any], words: str, tool_use_id: str, deadline: int) -> str:
+    """The request as channels send it, by the approval page's rule (store/display.py)."""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(deadline))
-    said = f"\nIt said: {words}" if words else ""
-    pretty = defang(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False))
-    return (f"Approval needed: the agent wants to run the tool {tool!r} with\n{pretty}{said}\n"
-            f"Answer before {when}: {LINK_MARKER.format(tool_use_id)}")
+    shown = display.for_approval(payload, words)
+    flags = "".join(f"\n- {flag}" for flag in shown.flags)
+    warning = f"\n{display.FLAGS_LABEL}{flags}" if flags else ""
+    said = f"\n{display.WORDS_LABEL} {shown.words}" if shown.words else ""
+    # defanged whole: a key named in a flag is the model's text too
+    shown_text = defang(f"{shown.input}{warning}{said}")
+    return (f'Approval needed: the agent wants to run the tool "{display.escaped(tool)}" with this '
+            f"input:\n{shown_text}\nAnswer before {when}: {LINK_MARKER.format(tool_use_id)}")
 
 
 # -- the executor ---------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """``wakeful.answer_approval``: a human's answer to a deferred action, sent by a service.
 
-The call must carry the approval's token (the one in its signed link, made with
-``WAKEFUL_APPROVAL_SECRET``): whoever can publish to the broker is not thereby a human who
-may approve. A chat bot that shows the link's buttons passes the token on. Without a valid
-token the answer is refused and recorded; nothing is stored.
+The call must carry the token of its answer (``web.tokens.answer_token(link_token, answer)``,
+made from the approval's signed link): whoever can publish to the broker is not thereby a
+human who may approve, and whoever can take a message off the queue must not be able to
+change the answer it carries. A chat bot that shows the link's buttons makes the token of the
+button pressed. The link's own token is refused here (it covers any answer, so a broker reader
+could flip one); without a valid token the answer is refused and recorded; nothing is stored.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = Non
     """
     store = get_store()
     try:
-        _authorize(inbox, request_id, token)
+        _authorize(inbox, request_id, answer, token)
         outcome = store.answer_approval(inbox, request_id, answer)
     except (InvalidEvent, ValueError, TypeError) as exc:
         # Never the token in the record or the log: it is a credential.
@@ -47,7 +49,7 @@ def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = Non
     return {"outcome": outcome}
 
 
-def _authorize(inbox: Any, request_id: Any, token: Any) -> None:
+def _authorize(inbox: Any, request_id: Any, answer: Any, token: Any) -> None:
     from web.tokens import check_token  # the link's own check: one token format
 
     if not isinstance(inbox, str) or not isinstance(request_id, str):
@@ -58,8 +60,13 @@ def _authorize(inbox: Any, request_id: Any, token: Any) -> None:
     if not secrets:
         raise InvalidEvent("WAKEFUL_APPROVAL_SECRET is not set: approvals are answered only "
                            "with `wakeful answer`")
-    problem = check_token(token, inbox, request_id, secrets=secrets, now=int(time.time()))
+    now = int(time.time())
+    problem = check_token(token, inbox, request_id, secrets=secrets, now=now, answer=str(answer))
     if problem == "expired_token":
         raise InvalidEvent("this approval token has expired")
-    if problem is not None:
-        raise InvalidEvent("this token is not valid for this approval")
+    if problem is None:
+        return
+    if check_token(token, inbox, request_id, secrets=secrets, now=now) is None:
+        raise InvalidEvent("this is the link's token, which covers any answer: send the answer's "
+                           "own token, web.tokens.answer_token(link_token, answer)")
+    raise InvalidEvent("this token is not valid for this approval and answer")

@@ -6,6 +6,6 @@ expiring links an agent's approval message carries. See docs/web.md.
 
 from .app import create_app
 from .settings import WebSettings
-from .tokens import approval_link, check_token, make_token
+from .tokens import answer_token, approval_link, check_token, make_token
 
-__all__ = ["WebSettings", "approval_link", "check_token", "create_app", "make_token"]
+__all__ = ["WebSettings", "answer_token", "approval_link", "check_token", "create_app", "make_token"]

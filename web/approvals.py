@@ -21,12 +21,20 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from store import display
+
 from .body import parse_object, read_bounded
 from .edge import Context, Edge, guarded
 from .refusals import Refused
 from .tokens import check_token
 
 ANSWERS = ("yes", "no")
+
+# Every value whole on any screen: a <pre> does not wrap, so a value padded with spaces would
+# push the rest of itself out of sight; these wrap spaces and long words alike.
+_INPUT_STYLE = "background:#f4f4f4;padding:.5em;white-space:break-spaces;overflow-wrap:anywhere"
+_FLAGS_STYLE = "border:2px solid #b00000;background:#fff0f0;padding:0 .5em;overflow-wrap:anywhere"
+_WORDS_STYLE = "border-left:4px solid #888;padding-left:.5em;color:#444;overflow-wrap:anywhere"
 
 # The page is ours and tiny: no external resource, no script, and no Referer leaves it.
 _HEADERS = {
@@ -123,14 +131,15 @@ async def show(request: Request, edge: Edge, ctx: Context) -> Response:
         '<button name="answer" value="no">No</button></form>'
     )
     details = await run_in_threadpool(_tool_details, edge, inbox, request_id)
-    body = f"<p>Approval <b>{e(request_id)}</b> for <b>{e(inbox)}</b></p>{details}{form}"
+    body = (f"<p>Approval <b>{e(display.escaped(request_id))}</b> for <b>{e(display.escaped(inbox))}</b>"
+            f"</p>{details}{form}")
     return HTMLResponse(_page(body), headers=_HEADERS)
 
 
 def _tool_details(edge: Edge, inbox: str, request_id: str) -> str:
-    """For a tool call of the agent kit (store/effects.py): the tool, its input as formatted
-    JSON, the model's words and the deadline. Empty for any other approval."""
-    import json
+    """For a tool call of the agent kit (store/effects.py): the tool, its input, the model's
+    words and the deadline, by the rule of store/display.py (the approval message's too).
+    Empty for any other approval."""
     import time
 
     from store.effects import Effects
@@ -142,10 +151,17 @@ def _tool_details(edge: Edge, inbox: str, request_id: str) -> str:
     deadline = next((a.deadline for a in edge.store.approvals(inbox, pending_only=False)
                      if a.request_id == request_id), None)
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(deadline)) if deadline else "unknown"
-    pretty = json.dumps(effect.input, indent=2, sort_keys=True, ensure_ascii=False)
-    said = f'<p>It said: <q id="words">{e(effect.words)}</q></p>' if effect.words else ""
-    return (f'<p>The agent wants to run the tool <b id="tool">{e(effect.tool)}</b> with this input:</p>'
-            f'<pre id="input" style="background:#f4f4f4;padding:.5em">{e(pretty)}</pre>{said}'
+    shown = display.for_approval(effect.input, effect.words)
+    flags = ""
+    if shown.flags:
+        items = "".join(f"<li>{e(flag)}</li>" for flag in shown.flags)
+        flags = (f'<div id="flags" role="alert" style="{_FLAGS_STYLE}"><p><b>{e(display.FLAGS_LABEL)}</b>'
+                 f"</p><ul>{items}</ul></div>")
+    said = (f'<p id="words" style="{_WORDS_STYLE}">{e(display.WORDS_LABEL)} <code>{e(shown.words)}</code></p>'
+            if shown.words else "")
+    return (f'<p>The agent wants to run the tool <b id="tool">{e(display.escaped(effect.tool))}</b> '
+            f'with this input (what runs if you say yes):</p><pre id="input" style="{_INPUT_STYLE}">'
+            f"{e(shown.input)}</pre>{flags}{said}"
             f'<p>Answer before <b id="deadline">{e(when)}</b>; after that nothing runs.</p>')
 
 
@@ -163,7 +179,7 @@ def _page(body: str) -> str:
     return (
         '<!doctype html><html><head><meta charset="utf-8"><title>wakeful approval</title>'
         '<meta name="viewport" content="width=device-width"></head>'
-        f"<body style=\"font-family:sans-serif;max-width:32em;margin:2em auto\">{body}</body></html>"
+        f"<body style=\"font-family:sans-serif;max-width:32em;margin:2em auto;padding:0 1em\">{body}</body></html>"
     )
 
 

@@ -12,6 +12,15 @@ verifies (``WAKEFUL_APPROVAL_SECRET=new,old``).
 
 A token is a bearer credential: whoever holds the link may answer. The web edge keeps it out
 of access logs (see web/__main__.py) and sends ``Referrer-Policy: no-referrer``.
+
+One rule for answers: **a token covers what its holder may say.** The link's token covers any
+answer, because its holder is the human (it reaches the web edge straight from them). An
+answer sent by task travels through the broker, where whoever reads the queue could change
+it on the way; so ``wakeful.answer_approval`` takes only an *answer token*, which covers one
+answer: ``answer_token(link_token, "no")`` = ``<expires>.<base64url HMAC-SHA256(link MAC,
+canonical(ANSWER_PURPOSE, answer))>``. Whoever holds the link makes it without the key (a chat
+bot that shows the link's buttons); whoever sees only the answer token cannot make another
+answer's (the link's MAC is its key).
 """
 
 from __future__ import annotations
@@ -27,12 +36,18 @@ from urllib.parse import quote
 from .settings import SettingsError, WebSettings
 
 PURPOSE = "wakeful-approval/1"
+ANSWER_PURPOSE = "wakeful-approval-answer/1"
 _MAX_EXPIRY_DIGITS = 12
 
 
 def _mac(key: str, inbox: str, request_id: str, expires: int) -> bytes:
     message = json.dumps([PURPOSE, inbox, request_id, expires], ensure_ascii=True, separators=(",", ":"))
     return hmac.new(key.encode("utf-8"), message.encode("ascii"), hashlib.sha256).digest()
+
+
+def _answer_mac(link_mac: bytes, answer: str) -> bytes:
+    message = json.dumps([ANSWER_PURPOSE, answer], ensure_ascii=True, separators=(",", ":"))
+    return hmac.new(link_mac, message.encode("ascii"), hashlib.sha256).digest()
 
 
 def _b64(raw: bytes) -> str:
@@ -72,11 +87,28 @@ def make_token(
     return f"{expires}.{_b64(_mac(key, inbox, request_id, expires))}"
 
 
+def answer_token(link_token: str, answer: str) -> str:
+    """The token that answers ``answer`` and nothing else, made from the link's token (no key
+    needed): what a service sends with ``wakeful.answer_approval``. Keeps the link's expiry."""
+    stamp, sep, mac = link_token.partition(".")
+    try:
+        link_mac = base64.urlsafe_b64decode(mac + "=" * (-len(mac) % 4))
+    except ValueError:
+        link_mac = b""
+    if not sep or not stamp.isdigit() or len(link_mac) != hashlib.sha256().digest_size:
+        raise ValueError("not an approval link's token (expected <expiry>.<MAC>)")
+    return f"{stamp}.{_b64(_answer_mac(link_mac, answer))}"
+
+
 def check_token(
-    token: str, inbox: str, request_id: str, *, secrets: Sequence[str], now: int
+    token: str, inbox: str, request_id: str, *, secrets: Sequence[str], now: int,
+    answer: str | None = None,
 ) -> str | None:
     """None when the token is valid for (inbox, request_id) at ``now``; else the reason code
-    (``"bad_token"`` or ``"expired_token"``). Never raises on a crafted token."""
+    (``"bad_token"`` or ``"expired_token"``). Never raises on a crafted token.
+
+    Without ``answer``: the link's token. With it: the answer token for that answer only (a
+    link's token is then ``"bad_token"``: it does not name the answer)."""
     if not secrets:
         return "bad_token"
     stamp, sep, mac = token.partition(".")
@@ -86,8 +118,10 @@ def check_token(
     given = mac.encode("ascii", errors="replace")
     matched = False
     for key in secrets:
-        expected = _b64(_mac(key, inbox, request_id, expires)).encode("ascii")
-        matched |= hmac.compare_digest(expected, given)
+        expected = _mac(key, inbox, request_id, expires)
+        if answer is not None:
+            expected = _answer_mac(expected, answer)
+        matched |= hmac.compare_digest(_b64(expected).encode("ascii"), given)
     if not matched:
         return "bad_token"
     # Checked after the MAC, so an expiry is only reported for a token we really issued.

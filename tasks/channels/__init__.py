@@ -8,7 +8,7 @@ database transaction. Raising means "not sent": the rows stay held for the next 
 
 Chosen with ``WAKEFUL_OUTBOX_CHANNEL``:
 
-- ``log`` (default): one log line per send (logger ``wakeful.outbox``).
+- ``log`` (default): one log line per send (logger ``wakeful.outbox``), the body escaped.
 - ``jsonl:/path/file.jsonl``: one JSON line per send, appended and flushed.
 - ``http://...`` or ``https://...``: a JSON POST with ``Idempotency-Key`` = the dispatch key.
 - ``module:callable``: your own; a zero-argument factory is called once to build the sender

@@ -8,18 +8,24 @@ import os
 import time
 
 from store import AT_LEAST_ONCE, OutgoingMessage
+from store.display import safe
 
 log = logging.getLogger("wakeful.outbox")
 
 
 class LogChannel:
-    """One log line per send. At-least-once: a repeated line (same key) is harmless."""
+    """One log line per send. At-least-once: a repeated line (same key) is harmless.
+
+    The body is the model's text (untrusted): escaped as the operator's views escape it, its
+    newlines too, so it can neither drive the terminal that tails the log nor start a line
+    that reads as a log record of its own.
+    """
 
     delivery = AT_LEAST_ONCE
 
     def __call__(self, message: OutgoingMessage) -> None:
-        log.info("outbox inbox=%s key=%s urgent=%s messages=%d\n%s", message.inbox, message.key,
-                 message.urgent, len(message.message_ids), message.body)
+        log.info("outbox inbox=%s key=%s urgent=%s messages=%d: %s", safe(message.inbox), message.key,
+                 message.urgent, len(message.message_ids), safe(message.body))
 
 
 class JsonlChannel:

@@ -386,9 +386,9 @@ def approvals_at_deadline(make_stack: MakeStack, rng: random.Random, scale: int 
 
     def answer(inbox: str, rid: str, at: float, said: str) -> None:
         time.sleep(max(0.0, at - (time.time() + offset)))
-        from web.tokens import make_token  # an answer by task call carries the link's token
+        from web.tokens import answer_token, make_token  # an answer by task carries its own token
 
-        token = make_token(inbox, rid, secret="faults-approval-secret")
+        token = answer_token(make_token(inbox, rid, secret="faults-approval-secret"), said)
         result = s.client.send_task("wakeful.answer_approval", kwargs={
             "inbox": inbox, "request_id": rid, "answer": said, "token": token}, ignore_result=False
         ).get(timeout=60, interval=0.05)

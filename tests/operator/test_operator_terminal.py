@@ -7,8 +7,7 @@ import json
 from collections.abc import Callable
 
 from store import Store
-
-from cli.terminal import safe
+from store.display import safe
 
 # a window retitle (OSC), a C1 CSI colour, a bidi override and a fake new line
 EVIL_INBOX = "\x1b]0;owned\x07ops\u202elive"

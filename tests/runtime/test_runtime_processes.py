@@ -129,7 +129,10 @@ def test_recurring_timer_fires_through_beat(make_cluster) -> None:
 
 
 def test_unanswered_approval_resumes_the_agent_as_expired(make_cluster) -> None:
-    from web.tokens import make_token  # an answer by task call carries the link's token
+    from web.tokens import answer_token, make_token  # an answer by task carries its own token
+
+    def token(request_id: str) -> str:
+        return answer_token(make_token("frank", request_id, secret="runtime-approval-secret"), "yes")
 
     c = make_cluster(env={"WAKEFUL_APPROVAL_SECRET": "runtime-approval-secret"})
     c.ingest("frank", "chat", "f-1", {"text": "refund order 881?", "approval": {
@@ -142,10 +145,10 @@ def test_unanswered_approval_resumes_the_agent_as_expired(make_cluster) -> None:
     [event] = c.wait(expiry, "the approval's expiry to resume the agent")
     assert event.source_id == "refund-881" and event.payload["answer"] == "expired"
     late = c.send("wakeful.answer_approval", want_result=True, inbox="frank", request_id="refund-881",
-                  answer="yes", token=make_token("frank", "refund-881", secret="runtime-approval-secret"))
+                  answer="yes", token=token("refund-881"))
     assert late == {"outcome": "expired"}
     never = c.send("wakeful.answer_approval", want_result=True, inbox="frank", request_id="refund-999",
-                   answer="yes", token=make_token("frank", "refund-999", secret="runtime-approval-secret"))
+                   answer="yes", token=token("refund-999"))
     assert never == {"outcome": "unknown"}
     assert any("nobody answered in time" in m.body for m in c.store.outbox("frank"))
     assert len([e for e in c.store.events("frank") if e.source == "approval"]) == 1

@@ -1,4 +1,5 @@
-"""Approval tokens: bound to (inbox, request_id), expiring, rotatable, total on crafted input."""
+"""Approval tokens: bound to (inbox, request_id), expiring, rotatable, total on crafted input;
+an answer token binds its answer too."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from web.settings import SettingsError, WebSettings
-from web.tokens import approval_link, check_token, make_token
+from web.tokens import answer_token, approval_link, check_token, make_token
 
 KEY = "k" * 32
 NOW = 1_700_000_000
 
 
-def check(token: str, inbox: str = "alice", request_id: str = "deploy-1", now: int = NOW, keys=(KEY,)):  # type: ignore[no-untyped-def]
-    return check_token(token, inbox, request_id, secrets=keys, now=now)
+def check(token: str, inbox: str = "alice", request_id: str = "deploy-1", now: int = NOW, keys=(KEY,),  # type: ignore[no-untyped-def]
+          answer: str | None = None):
+    return check_token(token, inbox, request_id, secrets=keys, now=now, answer=answer)
 
 
 def test_round_trip_and_binding() -> None:
@@ -71,7 +73,21 @@ def test_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
                  now=NOW + expected_ttl) == "expired_token"
 
 
+def test_an_answer_token_covers_its_answer_only() -> None:
+    link = make_token("alice", "deploy-1", expires_in=600, secret=(KEY, "older"), now=NOW)
+    no = answer_token(link, "no")
+    assert check(no, answer="no") is None and check(no, answer="no", keys=("older", KEY)) is None
+    assert check(no, answer="yes") == "bad_token"
+    assert check(no) == "bad_token"  # not a link's token
+    assert check(link, answer="no") == "bad_token"  # the link's token names no answer
+    assert check(no, answer="no", request_id="deploy-2") == "bad_token"
+    assert check(no, answer="no", now=NOW + 600) == "expired_token"  # the link's expiry
+    for crafted in ("", "123", "123.", "x.abc", "123.@@@", "123." + "A" * 10):
+        with pytest.raises(ValueError):
+            answer_token(crafted, "no")
+
+
 @hsettings(max_examples=300, deadline=None)
-@given(st.text(max_size=120))
-def test_crafted_tokens_never_raise(token: str) -> None:
-    assert check(token) in ("bad_token", "expired_token")
+@given(st.text(max_size=120), st.sampled_from([None, "yes", "no"]))
+def test_crafted_tokens_never_raise(token: str, answer: str | None) -> None:
+    assert check(token, answer=answer) in ("bad_token", "expired_token")
