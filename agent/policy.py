@@ -8,12 +8,15 @@
 - ``allow`` + ``read``: runs inline, in the run;
 - ``allow`` + ``write``: an effect, run after the finish commits it.
 
-A run that read untrusted text turns ``allow`` write tools into ``ask``: text from a third
-party may have steered the model, so a human sees the write first.
+A conversation that holds untrusted text (agent/conversation.py: an event of a source the
+config does not trust, any tool's answer not declared ``trusted_output``) turns ``allow``
+write tools into ``ask``: that text may have steered the model, so a human sees the write
+first, told what tainted it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,7 +34,8 @@ class Decision:
     reason: str = ""  # for "refuse": what the model is told; for "ask" after untrusted text: why
 
 
-def decide(config: AgentConfig, name: str, tool_input: Any, untrusted: bool) -> Decision:
+def decide(config: AgentConfig, name: str, tool_input: Any, tainted: Sequence[str]) -> Decision:
+    """``tainted``: what untrusted text the model had in view when it asked for this tool."""
     if name in RUNTIME_TOOLS:
         return Decision("runtime")
     tool = config.tools.get(name)
@@ -44,9 +48,15 @@ def decide(config: AgentConfig, name: str, tool_input: Any, untrusted: bool) -> 
         return Decision("ask", tool)
     if tool.effect == "read":
         return Decision("inline", tool)
-    if untrusted:
-        return Decision("ask", tool, "this run read untrusted text, so a write needs a human's yes")
+    if tainted:
+        return Decision("ask", tool, f"the conversation holds {_listed(tainted)}, which "
+                                     f"{'is' if len(tainted) == 1 else 'are'} not trusted: "
+                                     "a write needs a human's yes")
     return Decision("effect", tool)
+
+
+def _listed(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def invalid_input(tool: Tool, tool_input: Any) -> str | None:
