@@ -5,7 +5,8 @@
 the model may call and what the runtime does with it (``policy``, ``effect``, ``delivery``,
 ``trusted_output`` ...). Trust is granted here, never assumed (DESIGN.md section 11): an event
 of a source not named in ``trusted_sources``, and the answer of a tool not declared
-``trusted_output``, are data that make writes wait for a human's yes. ``[routes.*]`` tables belong to the egress proxy and are not read here.
+``trusted_output``, are data that make writes wait for a human's yes. ``[routes.*]`` tables
+belong to the egress proxy and are not read here.
 
 Everything is checked when the file is loaded (a worker's start, ``wakeful check``): an
 unknown key or policy, a ``call`` that does not import, an invalid JSON Schema, a tool with no

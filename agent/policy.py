@@ -44,19 +44,19 @@ def decide(config: AgentConfig, name: str, tool_input: Any, tainted: Sequence[st
     problem = invalid_input(tool, tool_input)
     if problem:
         return Decision("refuse", tool, f"invalid input for {name!r}: {problem}; nothing ran")
-    if tool.policy == "ask":
-        return Decision("ask", tool)
-    if tool.effect == "read":
+    if tool.effect == "read" and tool.policy == "allow":
         return Decision("inline", tool)
-    if tainted:
-        return Decision("ask", tool, f"the conversation holds {_listed(tainted)}, which "
-                                     f"{'is' if len(tainted) == 1 else 'are'} not trusted: "
-                                     "a write needs a human's yes")
+    if tool.policy == "ask" or tainted:  # the human who answers is told what the model had read
+        return Decision("ask", tool, tainted_by(tainted))
     return Decision("effect", tool)
 
 
-def _listed(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+def tainted_by(tainted: Sequence[str]) -> str:
+    """Why a write waits for a yes, for the human who answers; "" when nothing tainted it."""
+    if not tainted:
+        return ""
+    listed = tainted[0] if len(tainted) == 1 else f"{', '.join(tainted[:-1])} and {tainted[-1]}"
+    return f"the conversation holds {listed}, which {'is' if len(tainted) == 1 else 'are'} not trusted"
 
 
 def invalid_input(tool: Tool, tool_input: Any) -> str | None:

@@ -24,9 +24,9 @@ def check() -> None:
                            f"{', ' + tool.delivery if tool.effect == 'write' else ''}"
                            f"{f', approval_ttl {tool.approval_ttl}s' if tool.policy == 'ask' else ''}"
                            f"{', trusted output' if tool.trusted_output else ''} ({runs})")
-            webhooks = cfg.trusted_webhook_sources()
+            webhooks = ", ".join(cfg.trusted_webhook_sources())
             if webhooks:
-                typer.echo(f"wakeful check: warning: trusted_sources names webhook sources ({', '.join(webhooks)}): "
+                typer.echo(f"wakeful check: warning: trusted_sources names webhook sources ({webhooks}): "
                            "whoever gets a signed webhook sent (a stranger's comment, a customer's note) "
                            "speaks as you, and an allowed write then runs without a yes", err=True)
         else:
