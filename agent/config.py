@@ -1,9 +1,12 @@
 """The built-in agent's configuration: a TOML file named by ``WAKEFUL_AGENT_CONFIG``.
 
 ``[agent]`` says which model and how (``model``, ``system``, ``max_tokens``,
-``max_model_calls``, ``untrusted_sources`` ...); one ``[tools.NAME]`` table per tool says what
-the model may call and what the runtime does with it (``policy``, ``effect``, ``delivery``
-...). ``[routes.*]`` tables belong to the egress proxy and are not read here.
+``max_model_calls``, ``trusted_sources`` ...); one ``[tools.NAME]`` table per tool says what
+the model may call and what the runtime does with it (``policy``, ``effect``, ``delivery``,
+``trusted_output`` ...). Trust is granted here, never assumed (DESIGN.md section 11): an event
+of a source not named in ``trusted_sources``, and the answer of a tool not declared
+``trusted_output``, are data that make writes wait for a human's yes. ``[routes.*]`` tables
+belong to the egress proxy and are not read here.
 
 Everything is checked when the file is loaded (a worker's start, ``wakeful check``): an
 unknown key or policy, a ``call`` that does not import, an invalid JSON Schema, a tool with no
@@ -23,6 +26,9 @@ from typing import Any
 
 import jsonschema
 
+from store.tables import HOOK_KINDS
+from store.validate import RUNTIME_SOURCES
+
 from agent import import_callable
 
 ENV = "WAKEFUL_AGENT_CONFIG"
@@ -33,10 +39,10 @@ DELIVERIES = {"at_least_once": "at-least-once", "at_most_once": "at-most-once"}
 RUNTIME_TOOLS = ("stay_silent", "mark_urgent")
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
 
-_AGENT_KEYS = {"model", "system", "max_tokens", "max_model_calls", "untrusted_sources", "timeout",
+_AGENT_KEYS = {"model", "system", "max_tokens", "max_model_calls", "trusted_sources", "timeout",
                "max_retries", "conversation_budget", "effect_timeout"}
 _TOOL_KEYS = {"call", "routes", "route", "method", "path", "policy", "effect", "description", "input_schema",
-              "approval_ttl", "delivery"}
+              "approval_ttl", "delivery", "trusted_output"}
 
 
 class ConfigError(ValueError):
@@ -57,6 +63,9 @@ class Tool:
     method: str = "GET"
     path: str = "/"
     routes: tuple[str, ...] = ()  # the routes a Python tool reaches with call.http(route)
+    # Its answers reach the model as the owner's words (not data, no taint): declared only
+    # for a tool whose output no outsider can write.
+    trusted_output: bool = False
 
     @property
     def grant_routes(self) -> tuple[str, ...]:
@@ -76,7 +85,8 @@ class AgentConfig:
     max_tokens: int = 1024
     # Model calls one run may make (a tool loop that never ends costs money, not just time).
     max_model_calls: int = 8
-    untrusted_sources: tuple[str, ...] = ()
+    # The event sources whose text is the owner's; every other source's is data (and taints).
+    trusted_sources: tuple[str, ...] = ()
     # The SDK's timeout per request (seconds) and its retries: the lease keeper renews the
     # lease meanwhile, and the run's time limit bounds the whole.
     timeout: float = 60.0
@@ -98,6 +108,11 @@ class AgentConfig:
         inline = {r for t in self.tools.values() if t.policy == "allow" and t.effect == "read"
                   for r in t.grant_routes}
         return sorted(inline | ({"anthropic"} & set(self.routes)))
+
+    def trusted_webhook_sources(self) -> list[str]:
+        """Trusted sources the web edge ingests under: whoever can get a signed webhook sent
+        (a stranger's comment on GitHub, a customer's payment note) speaks as the owner."""
+        return [s for s in self.trusted_sources if s in HOOK_KINDS]
 
 
 def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
@@ -121,6 +136,9 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
     agent = raw.get("agent")
     if not isinstance(agent, dict):
         raise ConfigError(f"{path}: an [agent] table with at least `model` is required")
+    if "untrusted_sources" in agent:  # read silently, it would leave every other source trusted
+        raise ConfigError(f"{path}: [agent] untrusted_sources is gone: every source is untrusted unless "
+                          "named; write trusted_sources = [...] with the sources whose text is yours")
     _no_unknown_keys(path, "[agent]", agent, _AGENT_KEYS)
     values: dict[str, Any] = {"path": path}
     values["model"] = _text(path, "[agent]", agent, "model", required=True)
@@ -138,10 +156,7 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             raise ConfigError(f"{path}: [agent] timeout must be a positive number of seconds")
         values["timeout"] = float(timeout)
-    sources = agent.get("untrusted_sources", [])
-    if not isinstance(sources, list) or not all(isinstance(s, str) and s for s in sources):
-        raise ConfigError(f"{path}: [agent] untrusted_sources must be a list of source names")
-    values["untrusted_sources"] = tuple(sources)
+    values["trusted_sources"] = _trusted_sources(path, agent.get("trusted_sources", []))
     tools = raw.get("tools", {})
     if not isinstance(tools, dict):
         raise ConfigError(f"{path}: [tools] must hold one [tools.NAME] table per tool")
@@ -153,6 +168,17 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
         if unknown_routes:
             raise ConfigError(f"{path}: [tools.{tool.name}]: no [routes.{sorted(unknown_routes)[0]}] table for it")
     return AgentConfig(**values)
+
+
+def _trusted_sources(path: str, sources: Any) -> tuple[str, ...]:
+    if not isinstance(sources, list) or not all(isinstance(s, str) and s for s in sources):
+        raise ConfigError(f"{path}: [agent] trusted_sources must be a list of source names")
+    answers = sorted(set(sources) & (RUNTIME_SOURCES - {"timer"}))  # a timer's text is an event's
+    if answers:
+        raise ConfigError(f"{path}: [agent] trusted_sources: {answers[0]!r} carries tool results and "
+                          "answers, never an event's text; trust a tool's answers with "
+                          "trusted_output = true on its [tools.NAME]")
+    return tuple(sources)
 
 
 def _tool(path: str, name: str, spec: Any) -> Tool:
@@ -181,10 +207,14 @@ def _tool(path: str, name: str, spec: Any) -> Tool:
     except jsonschema.SchemaError as exc:
         raise ConfigError(f"{path}: {where}: input_schema is not a valid JSON Schema: {exc.message}") from None
     ttl = _positive_int(path, where, "approval_ttl", spec.get("approval_ttl", 3600))
+    trusted_output = spec.get("trusted_output", False)
+    if not isinstance(trusted_output, bool):
+        raise ConfigError(f"{path}: {where}: trusted_output must be true or false")
     tool = Tool(name=name, policy=policy, effect=effect, delivery=DELIVERIES[delivery], approval_ttl=ttl,
                 description=_text(path, where, spec, "description", default=""), input_schema=schema,
                 call=spec.get("call"), route=spec.get("route"), method=str(spec.get("method", "GET")).upper(),
-                path=str(spec.get("path", "/")), routes=_route_names(path, where, spec))
+                path=str(spec.get("path", "/")), routes=_route_names(path, where, spec),
+                trusted_output=trusted_output)
     _check_runnable(path, where, tool)
     return tool
 

@@ -8,7 +8,15 @@ from the last committed one. Stored under the memory key ``"claude"``:
   ``"ask"`` (waits for a human) or ``"effect"`` (committed, waits for the executor);
 - ``results``: tool_result blocks already known for that turn;
 - ``held``: user content that arrived while results were missing (the API takes no new
-  user text before every tool_use of the last reply has its result).
+  user text before every tool_use of the last reply has its result);
+- ``tainted``: what untrusted text has entered the model's context (an event of a source
+  the config does not trust, a tool's answer): while it is not empty, writes need a yes.
+
+Taint is recorded where the text enters, never read back from the text (a stranger can
+write the wrapper's words too), and it stays for the conversation's life: trimming drops
+the turn that brought the text, but keeps the model's later turns, written with it in view,
+which may carry its instructions on. A conversation stored before taint was recorded is
+taken as tainted.
 
 The budget: the stored ``messages`` are kept under ``conversation_budget`` characters of
 JSON by dropping the oldest exchanges whole (a user turn and everything up to the next user
@@ -21,12 +29,18 @@ held input keeps its newest half-budget (older held messages are dropped, with a
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 MEMORY_KEY = "claude"
-UNTRUSTED_OPEN = "<untrusted"
-UNTRUSTED_CLOSE = "</untrusted>"
+TAINT_KEEP = 4  # what tainted a conversation, named up to this many (source names are the caller's)
+STORED_BEFORE_TAINT = "text stored before wakeful recorded where text came from"
+# Any spelling of the data wrapper's tag a model may read as one: any case, a slash, spaces,
+# tabs, newlines or invisible characters inside, a fullwidth or small bracket; attributes or
+# anything else may follow.
+_GAP = r"[\s\u200b-\u200f\u2060\ufeff]*"
+_TAG = re.compile(rf"[<\uff1c\ufe64]{_GAP}/?{_GAP}untrusted", re.IGNORECASE)
 _NOTE_ROOM = 120  # characters kept free for the "earlier messages were dropped" note
 
 
@@ -37,19 +51,26 @@ class Conversation:
     results: list[dict[str, Any]] = field(default_factory=list)
     held: list[dict[str, Any]] = field(default_factory=list)
     dropped: int = 0
+    tainted: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, memory: dict[str, Any]) -> Conversation:
         state = memory.get(MEMORY_KEY) or {}
+        tainted = state.get("tainted", [STORED_BEFORE_TAINT] if state.get("messages") else [])
         return cls(messages=list(state.get("messages", [])), waiting=dict(state.get("waiting", {})),
                    results=list(state.get("results", [])), held=list(state.get("held", [])),
-                   dropped=int(state.get("dropped", 0)))
+                   dropped=int(state.get("dropped", 0)), tainted=list(tainted))
 
     def state(self, budget: int) -> dict[str, Any]:
         self.trim(budget)
         self.trim_held(budget // 2)
         return {"messages": self.messages, "waiting": self.waiting, "results": self.results,
-                "held": self.held, "dropped": self.dropped}
+                "held": self.held, "dropped": self.dropped, "tainted": self.tainted}
+
+    def taint(self, what: str) -> None:
+        """Untrusted text (``what`` says whose) enters the model's context."""
+        if what not in self.tainted and len(self.tainted) < TAINT_KEEP:
+            self.tainted.append(what)
 
     # -- results of the last assistant turn ---------------------------------------------
 
@@ -88,10 +109,6 @@ class Conversation:
         if blocks:
             self.messages.append({"role": "assistant", "content": blocks})
 
-    def untrusted(self) -> bool:
-        """Does the model's context hold untrusted text (this run's or a kept earlier turn's)?"""
-        return UNTRUSTED_OPEN in json.dumps(self.messages + self.held)
-
     def trim(self, budget: int) -> None:
         if _size(self.messages) <= budget:
             return
@@ -125,6 +142,22 @@ class Conversation:
 def cut(text: str, limit: int) -> str:
     """One event's text within ``limit`` characters (the rest is dropped, and said so)."""
     return text if len(text) <= limit else text[:limit] + f"\n[cut: {len(text) - limit} more characters]"
+
+
+def as_data(text: str, **labels: str) -> str:
+    """Untrusted text as the model reads it: ``<untrusted source="…" id="…">…</untrusted>``,
+    each spelling of the tag inside neutralised (its bracket becomes a parenthesis), so the
+    text cannot close its wrapper or open another."""
+    attributes = " ".join(f'{name}="{_attribute(value)}"' for name, value in labels.items())
+    return f"<untrusted {attributes}>\n{_neutral(text)}\n</untrusted>"
+
+
+def _neutral(text: str) -> str:
+    return _TAG.sub(lambda tag: "(" + tag.group(0)[1:], text)
+
+
+def _attribute(value: str) -> str:
+    return _neutral(value.replace('"', "'").replace("<", "(").replace(">", ")"))[:200]
 
 
 def tool_result(tool_use_id: str, content: str, is_error: bool) -> dict[str, Any]:

@@ -34,6 +34,7 @@ model = "{model}"
 system = "You run Ada's errands. Use the tools; ask nothing twice."
 max_tokens = 1024
 max_model_calls = 6
+trusted_sources = ["chat"]  # Ada's own messages; every other source's text is data
 
 [tools.lookup_order]
 call = "agent.demo_tools:lookup_order"

@@ -8,12 +8,15 @@
 - ``allow`` + ``read``: runs inline, in the run;
 - ``allow`` + ``write``: an effect, run after the finish commits it.
 
-A run that read untrusted text turns ``allow`` write tools into ``ask``: text from a third
-party may have steered the model, so a human sees the write first.
+A conversation that holds untrusted text (agent/conversation.py: an event of a source the
+config does not trust, any tool's answer not declared ``trusted_output``) turns ``allow``
+write tools into ``ask``: that text may have steered the model, so a human sees the write
+first, told what tainted it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,7 +34,8 @@ class Decision:
     reason: str = ""  # for "refuse": what the model is told; for "ask" after untrusted text: why
 
 
-def decide(config: AgentConfig, name: str, tool_input: Any, untrusted: bool) -> Decision:
+def decide(config: AgentConfig, name: str, tool_input: Any, tainted: Sequence[str]) -> Decision:
+    """``tainted``: what untrusted text the model had in view when it asked for this tool."""
     if name in RUNTIME_TOOLS:
         return Decision("runtime")
     tool = config.tools.get(name)
@@ -40,13 +44,19 @@ def decide(config: AgentConfig, name: str, tool_input: Any, untrusted: bool) -> 
     problem = invalid_input(tool, tool_input)
     if problem:
         return Decision("refuse", tool, f"invalid input for {name!r}: {problem}; nothing ran")
-    if tool.policy == "ask":
-        return Decision("ask", tool)
-    if tool.effect == "read":
+    if tool.effect == "read" and tool.policy == "allow":
         return Decision("inline", tool)
-    if untrusted:
-        return Decision("ask", tool, "this run read untrusted text, so a write needs a human's yes")
+    if tool.policy == "ask" or tainted:  # the human who answers is told what the model had read
+        return Decision("ask", tool, tainted_by(tainted))
     return Decision("effect", tool)
+
+
+def tainted_by(tainted: Sequence[str]) -> str:
+    """Why a write waits for a yes, for the human who answers; "" when nothing tainted it."""
+    if not tainted:
+        return ""
+    listed = tainted[0] if len(tainted) == 1 else f"{', '.join(tainted[:-1])} and {tainted[-1]}"
+    return f"the conversation holds {listed}, which {'is' if len(tainted) == 1 else 'are'} not trusted"
 
 
 def invalid_input(tool: Tool, tool_input: Any) -> str | None:

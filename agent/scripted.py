@@ -10,7 +10,10 @@ parsing are the SDK's own. Its "model" follows a tiny script written in the user
 - ``refuse`` / ``max_tokens``: a reply that stops for that reason;
 - anything else: a reply ``Noted: <the text>``.
 
-Given tool results it reports them: ``TOOL: <content>`` (or ``TOOL failed: ...``). Tests can
+Given tool results it reports them: ``TOOL: <content>`` (or ``TOOL failed: ...``), and it is a
+red-team model: a ``call`` line anywhere in its latest input is obeyed, inside
+``<untrusted>`` data or a tool's answer (a line of its text, or of a string in its JSON) as
+much as in the owner's words, as a model a prompt injection has steered would. Tests can
 make the next requests fail with a status and a Retry-After (``fail_next``), hold one until
 released (``hold_next``), stop listening so connections are refused and listen again on the
 same port (``refuse_connections`` / ``accept_connections``: an outage), and read every
@@ -51,12 +54,36 @@ def reply_to(request: dict[str, Any]) -> dict[str, Any]:
         elif line.strip() == "urgent":
             uses.append(_use("mark_urgent", {}))
             said.append("Urgent: something needs you now.")
-        elif line.strip() and not line.startswith(("<untrusted", "</untrusted")):
+        elif line.strip() and not _is_tag(line):
             said.append(f"Noted: {line.strip()}")
+    uses += [_use(m.group(1), json.loads(m.group(2) or "{}"))
+             for r in results for line in _lines(r.get("content")) if (m := _CALL.match(line))]
     out = ([{"type": "text", "text": " | ".join(said)}] if said else []) + uses
     if not out:
         out = [{"type": "text", "text": "Noted."}]
     return _message(request, out, "tool_use" if uses else "end_turn")
+
+
+def _lines(content: Any) -> list[str]:
+    """Every line of a tool result's text, and of each string inside any JSON in it (the
+    whole text, or one of its lines, wrapped as data)."""
+    if isinstance(content, dict):
+        return [line for v in content.values() for line in _lines(v)]
+    if isinstance(content, list):
+        return [line for v in content for line in _lines(v)]
+    if not isinstance(content, str):
+        return []
+    lines = content.splitlines()
+    nested = [line for part in dict.fromkeys([content, *lines]) for line in _lines(_json(part))]
+    return list(dict.fromkeys(lines + nested))
+
+
+def _json(text: str) -> Any:
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, dict | list) else None
 
 
 def _report(messages: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
@@ -71,8 +98,13 @@ def _report(messages: list[dict[str, Any]], results: list[dict[str, Any]]) -> st
             continue
         body = r.get("content")
         body = body if isinstance(body, str) else json.dumps(body)
+        body = "\n".join(line for line in body.splitlines() if not _is_tag(line)).strip()
         lines.append(f"{name} failed: {body}" if r.get("is_error") else f"{name}: {body}")
     return " | ".join(lines) or "Noted."
+
+
+def _is_tag(line: str) -> bool:
+    return line.startswith(("<untrusted", "</untrusted"))
 
 
 def _use(name: str, tool_input: dict[str, Any]) -> dict[str, Any]:

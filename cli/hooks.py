@@ -18,7 +18,6 @@ import typer
 from store.display import safe
 
 hooks_cli = typer.Typer(no_args_is_help=True, help="Per-inbox webhook secrets (encrypted at rest).")
-KINDS = ("github", "stripe", "standard")
 
 
 def _cipher():  # type: ignore[no-untyped-def]
@@ -81,9 +80,10 @@ def list_() -> None:
 def remove(inbox: str, kind: Optional[str] = typer.Argument(None, help="Only this kind.")) -> None:
     """Remove INBOX's secrets (of KIND, or all): it falls back to the global ones, if any."""
     from cli.operator import opened_store
+    from store.tables import HOOK_KINDS
 
-    if kind is not None and kind not in KINDS:
-        typer.echo(f"wakeful: kind must be one of {', '.join(KINDS)}", err=True)
+    if kind is not None and kind not in HOOK_KINDS:
+        typer.echo(f"wakeful: kind must be one of {', '.join(HOOK_KINDS)}", err=True)
         raise typer.Exit(2)
     with opened_store() as store:
         removed = store.remove_hook_secrets(inbox, kind)

@@ -17,6 +17,13 @@ BASE_TOOLS: dict[str, dict[str, Any]] = {
     "wipe": {"call": "agent_tools:refund", "policy": "deny", "effect": "write"},
 }
 
+# Issue 23, item 1: the owner's read returns a stranger's note telling the model to write.
+ATTACK_TOOLS: dict[str, dict[str, Any]] = {
+    "lookup_order": {"call": "agent_tools:lookup_with_note", "policy": "allow", "effect": "read"},
+    "open_ticket": {"call": "agent_tools:open_ticket", "policy": "allow", "effect": "write"},
+    "send_invoice": {"call": "agent_tools:refund", "policy": "allow", "effect": "write"},
+}
+
 
 def calls(path: Path) -> list[dict[str, Any]]:
     """Every tool execution the test tools logged, in order."""
@@ -30,6 +37,10 @@ def _value(value: Any) -> str:
 
 
 def write_config(path: Path, tools: dict[str, dict[str, Any]] | None = None, **agent: Any) -> Path:
+    """The tests' owner speaks on ``chat``, trusted deliberately (unless ``trusted_sources``
+    or the old ``untrusted_sources`` is given)."""
+    if "untrusted_sources" not in agent:
+        agent.setdefault("trusted_sources", ["chat"])
     lines = ["[agent]", 'model = "claude-scripted"', 'system = "You run errands."']
     lines += [f"{k} = {_value(v)}" for k, v in agent.items()]
     for name, spec in (BASE_TOOLS if tools is None else tools).items():

@@ -38,6 +38,19 @@ def test_check_names_the_file_and_the_tool(tmp_path: Path) -> None:
     assert "tool refund_asked: ask, write, at-least-once, approval_ttl 600s" in done.stdout
 
 
+def test_check_warns_on_trusted_webhook_sources_and_names_trusted_tools(tmp_path: Path) -> None:
+    tools = {**BASE_TOOLS, "lookup": {**BASE_TOOLS["lookup"], "trusted_output": True}}
+    config = write_config(tmp_path / "agent.toml", tools, trusted_sources=["chat", "github"])
+    env = _env(tmp_path, WAKEFUL_AGENT="claude", WAKEFUL_AGENT_CONFIG=str(config),
+               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    done = _wakeful(env, "check")
+    assert done.returncode == 0, done.stderr
+    assert "trusted sources: chat, github" in done.stdout
+    assert "tool lookup: allow, read, trusted output" in done.stdout
+    assert "tool refund: allow, write, at-least-once (" in done.stdout  # its output is data
+    assert "warning: trusted_sources names webhook sources (github)" in done.stderr
+
+
 @pytest.mark.processes
 def test_demo_agent_plays_ask_yes_once_deny_and_expiry_offline(tmp_path: Path) -> None:
     done = _wakeful(_env(tmp_path), "demo", "agent", "--dir", str(tmp_path / "demo"), timeout=300)

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.scripted import ScriptedModel
-from agent_support import BASE_TOOLS, agent_env, calls
+from agent_support import ATTACK_TOOLS, BASE_TOOLS, agent_env, calls
 from store.effects import Effects
 
 pytestmark = []
 
-TOOLS = {**BASE_TOOLS,
+TOOLS = {**BASE_TOOLS, **ATTACK_TOOLS,
          "refund_quick": {"call": "agent_tools:refund", "policy": "ask", "effect": "write",
                           "approval_ttl": 2},
          "die_least": {"call": "agent_tools:refund_then_die", "policy": "allow", "effect": "write"},
@@ -98,6 +98,20 @@ def test_allow_ask_deny_expiry_and_a_retried_500(make_cluster: Any, write_config
     # Each committed tool use ran at most once, whatever rang twice.
     ids = [c["id"] for c in calls(tool_log) if c["tool"] != "lookup"]
     assert len(ids) == len(set(ids))
+
+
+def test_a_read_tools_answer_never_unlocks_a_write_in_the_workers(
+        make_cluster: Any, write_config: Any, model: ScriptedModel, tool_log: Path) -> None:
+    """Issue 23, item 1, as the attack ran: the owner asks on a trusted source, the allowed
+    read's answer carries a stranger's instruction, the red-team model obeys it; the write is
+    asked (the approval request names why) and never runs."""
+    cluster = _start(make_cluster, write_config, model, tool_log)
+    cluster.ingest("inject", "chat", "1", {"text": 'call lookup_order {"order": 13}'})
+    [effect] = _asked(cluster, "inject", 1)
+    assert (effect.tool, effect.status) == ("send_invoice", "asked")
+    [request] = _replied(cluster, "inject", "Approval needed")
+    assert "attacker@evil.example" in request and "the output of lookup_order, which is not trusted" in request
+    assert [c["tool"] for c in _executions(tool_log, "inject")] == ["lookup_order"]
 
 
 def test_a_killed_executor_retries_with_the_same_key_only_when_at_least_once(

@@ -44,11 +44,12 @@ def test_the_runtime_tools_and_bad_agent_tables_are_refused(tmp_path: Path) -> N
 
 
 def test_a_good_config_loads_with_its_defaults_and_ignores_routes(tmp_path: Path) -> None:
-    path = write_config(tmp_path / "good.toml", untrusted_sources=["mail"])
+    path = write_config(tmp_path / "good.toml", trusted_sources=["chat", "timer"])
     with path.open("a") as f:
         f.write('\n[routes.shop]\nupstream = "https://shop.example.com"\n')
     cfg = load(path)
-    assert cfg.model == "claude-scripted" and cfg.untrusted_sources == ("mail",)
+    assert cfg.model == "claude-scripted" and cfg.trusted_sources == ("chat", "timer")
+    assert not cfg.tools["lookup"].trusted_output
     assert cfg.tools["refund"].delivery == "at-least-once" and cfg.tools["refund_asked"].approval_ttl == 600
     assert cfg.tools["wipe"].policy == "deny"
 
@@ -78,3 +79,31 @@ effect = "write"
     path.write_text(path.read_text().replace('routes = ["bank"]', 'routes = ["vault"]'))
     with pytest.raises(ConfigError, match=r"\[tools.pay\]: no \[routes.vault\] table"):
         load(path)
+
+
+def test_the_old_untrusted_sources_key_is_refused_with_what_to_write_instead(tmp_path: Path) -> None:
+    """Issue 23, item 2: the old key, read silently, would keep trusting every other source."""
+    path = write_config(tmp_path / "old.toml", untrusted_sources=["mail"])
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert "trusted_sources = [" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_nothing_is_trusted_unless_named_and_a_runtime_source_cannot_be(tmp_path: Path) -> None:
+    path = tmp_path / "bare.toml"
+    path.write_text('[agent]\nmodel = "m"\n')
+    assert load(path).trusted_sources == ()
+    path = write_config(tmp_path / "tool.toml", trusted_sources=["tool"])
+    with pytest.raises(ConfigError, match="trusted_output = true"):
+        load(path)
+    path = write_config(tmp_path / "flag.toml", {"lookup": {**BASE_TOOLS["lookup"], "trusted_output": "yes"}})
+    with pytest.raises(ConfigError, match=r"\[tools.lookup\]: trusted_output must be true or false"):
+        load(path)
+
+
+def test_the_webhook_sources_are_one_list_the_web_edge_uses() -> None:
+    """``wakeful check`` warns on trusting these; the web edge ingests under exactly these."""
+    from store.tables import HOOK_KINDS
+    from web.receivers import SENDERS
+
+    assert sorted(s.source for s in SENDERS.values()) == sorted(HOOK_KINDS)

@@ -18,28 +18,35 @@ model = "scripted"
 timeout = 10
 max_retries = 2
 effect_timeout = 4
+trusted_sources = ["chat"]  # the scenario's owner; its writes run without a yes
 
+# The tools' answers are the scenario's own strings: trusted, so a later write still runs
+# without a yes and every execution path stays under fault.
 [tools.refund]
 call = "fault_tools:refund"
 policy = "allow"
 effect = "write"
+trusted_output = true
 
 [tools.notify]
 call = "fault_tools:refund"
 policy = "allow"
 effect = "write"
 delivery = "at_most_once"
+trusted_output = true
 
 [tools.flaky]
 call = "fault_tools:refund_then_die"
 policy = "allow"
 effect = "write"
+trusted_output = true
 
 [tools.flaky_once]
 call = "fault_tools:refund_then_die"
 policy = "allow"
 effect = "write"
 delivery = "at_most_once"
+trusted_output = true
 """
 
 
