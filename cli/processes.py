@@ -65,10 +65,10 @@ class Processes:
         self.procs.append(proc)
         return proc
 
-    def worker(self, name: str, queues: tuple[str, ...], concurrency: int = 1) -> Proc:
+    def worker(self, name: str, queues: tuple[str, ...], concurrency: int = 1, pool: str = "prefork") -> Proc:
         return self.start(name, [
             sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO",
-            "-n", f"{name}@%h", "-Q", ",".join(queues), "-c", str(concurrency),
+            "-n", f"{name}@%h", "-Q", ",".join(queues), "-c", str(concurrency), "-P", pool,
             "--without-mingle", "--without-gossip"])
 
     def beat(self, name: str = "beat") -> Proc:

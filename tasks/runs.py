@@ -35,7 +35,7 @@ from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunSte
 from agent import Agent, LeaseLost, Run, TryLater, load_agent
 from agent.claude import run_summary
 from tasks.application import app
-from tasks import doorbell, faults
+from tasks import doorbell, faults, isolation
 from tasks.lease_keeper import keeper
 from tasks.runtime import get_store, holder_name
 from tasks.settings import settings
@@ -234,7 +234,7 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
         with keeper.holding(lease.renew, settings.lease_ttl, lease.deadline, name) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
                       memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant)
-            outcome = agent(run) or Outcome()
+            outcome = isolation.call_agent(agent, run) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
         return result, RunStep(finished=False, events=[], released=False)
