@@ -71,7 +71,7 @@ def configured() -> tuple[AgentConfig, Any]:
             # With a [routes.anthropic] the model is reached through the egress proxy only,
             # with each run's grant: this process holds no key, and makes no keyed client.
             client = None if "anthropic" in cfg.routes else anthropic.Anthropic(
-                timeout=cfg.timeout, max_retries=cfg.max_retries)
+                timeout=cfg.timeout, max_retries=cfg.max_retries, http_client=_sdk_http_client())
             _loaded = (cfg, client)
         return _loaded
 
@@ -87,6 +87,16 @@ def agent(run: Run) -> Outcome:
     # the inline tools' routes; the run never sees a key.
     with egress.using(egress.Egress(egress.proxy_url(), run.grant(routes, RUN_GRANT_TTL))):
         return ClaudeRun(cfg, _through_proxy(cfg) or client, run).outcome()
+
+
+def _sdk_http_client() -> Any:
+    """The process's one connection pool for the model (agent/egress.py, sized for a dense
+    worker's runs in flight); the SDK's own where the egress kit is not installed."""
+    try:
+        from agent import egress
+    except ImportError:
+        return None
+    return egress.sdk_http_client()
 
 
 def run_summary(outcome: Outcome) -> dict[str, Any]:

@@ -19,6 +19,7 @@ Imports the store and httpx only (anthropic when asked for its client); never Ce
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -72,11 +73,43 @@ class Egress:
                             timeout=self.timeout, follow_redirects=False, trust_env=False)
 
     def anthropic_client(self, route: str = "anthropic", **kwargs: Any) -> Any:
-        """``anthropic.Anthropic`` pointed at the proxy's ``route`` with the grant as its key."""
+        """``anthropic.Anthropic`` pointed at the proxy's ``route`` with the grant as its key.
+        Every run's client is a copy of one per process (``with_options``): only the key
+        differs, the connection pool is shared (``sdk_http_client``), so a thousand runs in
+        flight are a thousand requests on one pool, not a thousand pools."""
         import anthropic
 
         kwargs.setdefault("timeout", self.timeout)
-        return anthropic.Anthropic(api_key=self.grant, base_url=f"{self.proxy_url}/{route}", **kwargs)
+        key = (self.proxy_url, route, tuple(sorted(kwargs.items())))
+        with _clients_lock:
+            base = _clients.get(key)
+            if base is None:
+                base = _clients[key] = anthropic.Anthropic(
+                    api_key="each run's grant", base_url=f"{self.proxy_url}/{route}",
+                    http_client=sdk_http_client(), **kwargs)
+        return base.with_options(api_key=self.grant)
+
+
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
+_http_client: Any = None
+# Connections the process's model client keeps: one per run in flight in a dense worker (its
+# threads), so a burst of calls reuses connections instead of opening new ones. The SDK's
+# default keeps only 100 alive.
+SDK_CONNECTIONS = 1000
+
+
+def sdk_http_client() -> Any:
+    """The process's one HTTP client for the ``anthropic`` SDK (direct or through the proxy)."""
+    global _http_client
+    with _clients_lock:
+        if _http_client is None:
+            import anthropic
+            import httpx2
+
+            _http_client = anthropic.DefaultHttpxClient(limits=httpx2.Limits(
+                max_connections=SDK_CONNECTIONS, max_keepalive_connections=SDK_CONNECTIONS))
+        return _http_client
 
 
 def configured_routes(path: str | os.PathLike[str] | None = None) -> list[str]:

@@ -19,6 +19,10 @@ from pathlib import Path
 from tasks.celeryconfig import CONTROL_QUEUE, DEFAULT_QUEUE, OUTBOX_QUEUE, RUNS_QUEUE
 
 RUN_QUEUES = (RUNS_QUEUE,)
+# The Procfile's run worker: a dense one (docs/runtime.md, "A dense run worker"). Agent runs
+# wait seconds on a model and cost milliseconds of CPU, so one process carries hundreds of
+# them in threads; an agent that burns CPU runs on prefork instead (-P prefork -c CORES).
+RUN_POOL, RUN_CONCURRENCY = "threads", 200
 CONTROL_QUEUES = (DEFAULT_QUEUE, CONTROL_QUEUE, OUTBOX_QUEUE)
 
 

@@ -63,7 +63,7 @@ def embedded_url(home: str | os.PathLike[str]) -> str:
     return f"sqlite:///{(Path(home) / 'wakeful.sqlite3').resolve()}"
 
 
-def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5, pooler: str = "") -> Engine:
+def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout: int = 5, pooler: str = "") -> Engine:
     """An engine for ``sqlite:///path`` or ``postgresql+psycopg://...``.
 
     Create it in the process that uses it (after a prefork fork, never before): a
@@ -99,7 +99,7 @@ def create(url: str, *, pool_size: int = 2, lock_timeout: int = 5, pooler: str =
             isolation = {"isolation_level": "AUTOCOMMIT"}
         else:
             isolation = {}
-        engine = create_engine(url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True,
+        engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True,
                                pool_recycle=1800, connect_args=connect_args, **isolation)
         if pooler == "transaction":
             from . import plans

@@ -53,16 +53,18 @@ class Store:
         self._pinned = threading.local()
 
     @classmethod
-    def connect(cls, url: str, *, pool_size: int = 2, pooler: str = "", **settings: Any) -> "Store":
+    def connect(cls, url: str, *, pool_size: int = 2, max_overflow: int = 4, pooler: str = "",
+                **settings: Any) -> "Store":
         """``sqlite:///path`` or ``postgresql+psycopg://...``; ``settings`` are the fields of
         ``StoreSettings`` (lease_ttl, max_attempts, outbox_gap, batch_limit, backoff_base, ...).
-        ``pooler="transaction"`` when the URL points at PgBouncer in transaction mode."""
+        ``pooler="transaction"`` when the URL points at PgBouncer in transaction mode.
+        ``pool_size`` + ``max_overflow`` bound the connections this process opens."""
         unknown = set(settings) - StoreSettings.names()
         if unknown:
             raise TypeError(f"unknown store settings: {', '.join(sorted(unknown))}")
         store_settings = StoreSettings(**settings)
-        return cls(create(url, pool_size=pool_size, lock_timeout=store_settings.lock_timeout, pooler=pooler),
-                   store_settings)
+        return cls(create(url, pool_size=pool_size, max_overflow=max_overflow,
+                          lock_timeout=store_settings.lock_timeout, pooler=pooler), store_settings)
 
     def migrate(self) -> None:
         """Alembic upgrade to head (also ``wakeful db upgrade``)."""
@@ -95,6 +97,23 @@ class Store:
         finally:
             conn, local.conn = local.conn, None
             conn.close()
+
+    @contextmanager
+    def unpinned(self) -> Iterator[None]:
+        """Inside a ``pinned`` block: give the pinned connection back to the pool for the
+        length of this block (an agent's run: seconds of waiting on a model), and pin a fresh
+        one at its end. A run holds a connection only inside a transaction, so a process with
+        a thousand runs in flight needs a pool the size of its transactions, not of its runs."""
+        local = self._pinned
+        if getattr(local, "conn", None) is None:
+            yield
+            return
+        local.conn.close()
+        local.conn = None
+        try:
+            yield
+        finally:
+            local.conn, local.idle_since = self.engine.connect(), time.monotonic()
 
     @contextmanager
     def _transaction(self) -> Iterator[Connection]:
@@ -185,6 +204,17 @@ class Store:
     def renew(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
         with self._transaction() as conn:
             return leases.renew(conn, self.settings, inbox, holder, gen, now)
+
+    def renew_many(self, held: Iterable[tuple[str, str, int]], *, now: int | None = None
+                   ) -> set[tuple[str, str, int]]:
+        """``renew`` for every (inbox, holder, generation) given, in one statement: the ones
+        still live are extended and returned; the rest were lost (a process's lease keeper
+        renews all its runs in flight this way, one round trip per tick)."""
+        held = list(held)
+        if not held:
+            return set()
+        with self._transaction() as conn:
+            return leases.renew_many(conn, self.settings, held, now)
 
     def release(self, inbox: str, holder: str, gen: int, *, now: int | None = None,
                 force: bool = False) -> bool:

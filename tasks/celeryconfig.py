@@ -31,7 +31,7 @@ ROUTES = {
     "wakeful.scan_timers": {"queue": CONTROL_QUEUE},
     "wakeful.sweep": {"queue": CONTROL_QUEUE},
     "wakeful.purge": {"queue": CONTROL_QUEUE},
-    "wakeful.execute_effects": {"queue": CONTROL_QUEUE},
+    "wakeful.execute_effects": {"queue": RUNS_QUEUE},  # tool calls wait as runs do: the dense worker
     "wakeful.dispatch_outbox": {"queue": OUTBOX_QUEUE},
 }
 

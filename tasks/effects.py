@@ -5,7 +5,10 @@ ticked by beat so an effect whose ring was lost, or whose executor died, is stil
 (agent/effects.py: at-least-once retakes a stale one, at-most-once reports it interrupted).
 Each result is ingested as an event, and the inbox is rung so the agent hears it now.
 
-Runs on the control queue: the agent's tool code runs here, outside the agent's run.
+Runs on the run workers' queue, one task per effect: a dense worker (threads) carries many
+tool calls at once, so a slow tool holds one thread, not the others, nor the control
+worker's processes that ingest and dispatch. The task for an inbox (a ring) or for all (the
+beat tick) only finds the runnable effects and sends one task for each.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from celery.signals import celeryd_init
 
 from tasks.application import app
-from tasks.celeryconfig import CONTROL_QUEUE
+from tasks.celeryconfig import RUNS_QUEUE
 from tasks.doorbell import _RETRY, ring, ring_dispatch
 from tasks.runtime import get_store
 from tasks.settings import settings
@@ -48,25 +51,38 @@ def check_agent_config(**_kwargs: Any) -> None:
 
 
 @app.task(name="wakeful.execute_effects")
-def execute_effects(inbox: Any = None) -> dict[str, Any]:
+def execute_effects(inbox: Any = None, tool_use_id: Any = None) -> dict[str, Any]:
+    """With ``inbox`` and ``tool_use_id``: execute that effect (agent/effects.py). Otherwise:
+    send one such task for each effect that may run now (of ``inbox``, or all)."""
     if settings.agent not in CLAUDE:
         return {"executed": 0, "skipped": "the agent is not the built-in claude agent"}
     from agent.claude import configured
-    from agent.effects import execute_runnable
+    from agent.effects import execute
+    from store.effects import Effects
 
     cfg, _client = configured()
-    done = execute_runnable(get_store(), cfg, inbox if isinstance(inbox, str) else None)
-    for name in sorted({d.inbox for d in done if d.outcome not in ("skipped", "waiting")}):
-        ring(name)  # the result is an event: wake the agent
-    return {"executed": [[d.inbox, d.tool_use_id, d.tool, d.outcome] for d in done]}
+    book = Effects(get_store())
+    if isinstance(inbox, str) and isinstance(tool_use_id, str):
+        done = execute(book, cfg, inbox, tool_use_id)
+        if done.outcome not in ("skipped", "waiting"):
+            ring(inbox)  # the result is an event: wake the agent
+        return {"executed": [done.inbox, done.tool_use_id, done.tool, done.outcome]}
+    runnable = book.runnable(stale_after=cfg.effect_timeout, inbox=inbox if isinstance(inbox, str) else None)
+    for name, use_id in runnable:
+        _send(name, use_id)
+    return {"sent": len(runnable)}
+
+
+def _send(inbox: str, tool_use_id: str | None = None) -> None:
+    try:
+        app.send_task("wakeful.execute_effects", kwargs={"inbox": inbox, "tool_use_id": tool_use_id},
+                      queue=RUNS_QUEUE, ignore_result=True, retry=True, retry_policy=_RETRY)
+    except Exception as exc:  # a lost ring costs one beat interval, nothing more
+        log.warning("ringing the effect executor for %r failed: %s", inbox, exc)
 
 
 def ring_effects(inbox: str) -> None:
     """After a finish that committed or settled an effect: run the ready ones now, and send
     an approval request now (the finish wrote it to the outbox itself)."""
     ring_dispatch(inbox)
-    try:
-        app.send_task("wakeful.execute_effects", kwargs={"inbox": inbox}, queue=CONTROL_QUEUE,
-                      ignore_result=True, retry=True, retry_policy=_RETRY)
-    except Exception as exc:  # a lost ring costs one beat interval, nothing more
-        log.warning("ringing the effect executor for %r failed: %s", inbox, exc)
+    _send(inbox)

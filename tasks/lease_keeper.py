@@ -2,11 +2,14 @@
 
 A model call takes minutes; ``WAKEFUL_LEASE_TTL`` stays short so a crashed worker's inbox is
 taken over fast. Between the two, one thread per worker process renews the lease of every run
-in progress there every third of its TTL. A run's renewals stop:
+in progress there every third of its TTL, all the runs due at a tick in one statement
+(``Store.renew_many``): a dense worker with a thousand runs in flight costs the database a
+few statements a second, not a thousand. A run's renewals stop:
 
 - when the run ends (the finish that follows extends or releases the lease itself);
-- when the task's soft time limit passes: a run stuck past it is not kept alive, its lease
-  lapses and the inbox is taken over;
+- when the task's time limit (``WAKEFUL_RUN_TIME_LIMIT``) passes: the run's ``on_deadline``
+  is called (the run task ends the run there: its finish fails the events and releases the
+  lease, whatever pool carries it; Celery's threads pool has no time limits of its own);
 - when a renewal is refused: the lease was lost (a takeover after this process stalled).
   ``Run.heartbeat()`` then raises ``LeaseLost``, and the finish is refused anyway.
 
@@ -28,20 +31,37 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 log = logging.getLogger("wakeful.runs")
+
+
+class Lease(Protocol):
+    """What the keeper renews: a run's (inbox, holder, generation) in a store."""
+
+    store: Any
+    inbox: str
+    holder: str
+    generation: int
+
+    def renew(self) -> bool: ...
 
 
 @dataclass
 class Held:
     """One run's lease, as the keeper holds it."""
 
-    renew: Callable[[], bool]
+    lease: Lease
     every: float
     deadline: float  # time.monotonic() past which nothing is renewed
     name: str
+    on_deadline: Callable[[], None] | None = None
     due: float = 0.0
     lost: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.lease.inbox, self.lease.holder, self.lease.generation)
 
     def heartbeat(self) -> bool:
         """For ``Run.heartbeat()``: renew now; False once the lease is lost."""
@@ -51,7 +71,7 @@ class Held:
 
     def _renew_now(self) -> bool:
         self.due = time.monotonic() + self.every
-        return self.renew()
+        return self.lease.renew()
 
 
 class LeaseKeeper:
@@ -67,9 +87,10 @@ class LeaseKeeper:
         self._idle_wait = 1.0
 
     @contextmanager
-    def holding(self, renew: Callable[[], bool], ttl: float, deadline: float, name: str) -> Iterator[Held]:
+    def holding(self, lease: Lease, ttl: float, deadline: float, name: str,
+                on_deadline: Callable[[], None] | None = None) -> Iterator[Held]:
         every = max(0.05, ttl / 3)
-        held = Held(renew, every, deadline, name, due=time.monotonic() + every)
+        held = Held(lease, every, deadline, name, on_deadline, due=time.monotonic() + every)
         with self._lock:
             self._held[id(held)] = held
             self._idle_wait = every
@@ -93,25 +114,40 @@ class LeaseKeeper:
         while True:
             with self._lock:
                 now = time.monotonic()
-                due = [h for h in self._held.values() if h.due <= now]
+                due = [h for h in self._held.values() if min(h.due, h.deadline) <= now]
                 if not due:
-                    self._next_wake = min((h.due for h in self._held.values()), default=now + self._idle_wait)
+                    self._next_wake = min((min(h.due, h.deadline) for h in self._held.values()),
+                                          default=now + self._idle_wait)
                     self._wake.wait(self._next_wake - now)
                     continue
-            for held in due:  # outside the lock: a renewal is a database round trip
-                self._tick(held)
+            self._tick(due)  # outside the lock: a renewal is a database round trip
 
-    def _tick(self, held: Held) -> None:
-        if time.monotonic() >= held.deadline:
-            log.warning("%s: the run passed the task's time limit; no more renewals", held.name)
+    def _tick(self, due: list[Held]) -> None:
+        now = time.monotonic()
+        for held in [h for h in due if now >= h.deadline]:
+            log.warning("%s: the run passed the task's time limit; ending it", held.name)
             self._drop(held)
-            return
-        try:
-            if not held._renew_now():
-                held.lost.set()
-                self._drop(held)
-        except Exception as exc:  # noqa: BLE001 - a renewal must never kill the keeper
-            log.warning("%s: renewal failed (%s); trying again", held.name, exc)
+            held.lost.set()
+            if held.on_deadline is not None:
+                try:
+                    held.on_deadline()
+                except Exception as exc:  # noqa: BLE001 - the keeper must outlive any run
+                    log.warning("%s: ending the run past its time limit failed: %s", held.name, exc)
+        by_store: dict[int, list[Held]] = {}
+        for held in due:
+            if now < held.deadline:
+                held.due = now + held.every
+                by_store.setdefault(id(held.lease.store), []).append(held)
+        for group in by_store.values():
+            try:
+                renewed = group[0].lease.store.renew_many([h.key for h in group])
+            except Exception as exc:  # noqa: BLE001 - a renewal must never kill the keeper
+                log.warning("renewing %d leases failed (%s); trying again", len(group), exc)
+                continue
+            for held in group:
+                if held.key not in renewed:
+                    held.lost.set()
+                    self._drop(held)
 
     def _drop(self, held: Held) -> None:
         with self._lock:

@@ -21,7 +21,10 @@ so one busy inbox cannot keep a worker forever.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from collections.abc import Callable
@@ -35,7 +38,7 @@ from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunSte
 from agent import Agent, LeaseLost, Run, TryLater, load_agent
 from agent.claude import run_summary
 from tasks.application import app
-from tasks import doorbell, faults, isolation
+from tasks import doorbell, faults, isolation, runtime
 from tasks.lease_keeper import keeper
 from tasks.runtime import get_store, holder_name
 from tasks.settings import settings
@@ -151,7 +154,8 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
     ``start_next_run`` takes one only when that did not happen (the first take, a finish
     that was fenced or handed its inbox back)."""
     served: list[str] = []
-    recruit_from = time.monotonic() + RECRUIT_AFTER
+    # A dense worker has threads to spare, and each run waits seconds: recruit at once.
+    recruit_from = time.monotonic() + (0.0 if runtime.dense() else RECRUIT_AFTER)
     while True:
         got, backlog.taken = backlog.taken, None
         if got is None:
@@ -231,7 +235,10 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
     result: dict[str, Any] = {"events": ids}
     try:
         name = f"{inbox}@{lease.generation}"
-        with keeper.holding(lease.renew, settings.lease_ttl, lease.deadline, name) as held:
+        end = functools.partial(_end_past_deadline, lease, ids, threading.get_ident())
+        # The agent waits (on a model, a tool) without a database connection: the pinned one
+        # goes back to the pool until the finish.
+        with lease.store.unpinned(), keeper.holding(lease, settings.lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
                       memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant)
             outcome = isolation.call_agent(agent, run) or Outcome()
@@ -258,6 +265,25 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
         error = f"invalid outcome: {exc}"
         log.warning("inbox %r run on events %s: %s", inbox, ids, error)
         return _complete(lease, ids, claim_next, result, error=error)
+
+
+def _end_past_deadline(lease: HeldLease, ids: list[int], thread_id: int) -> None:
+    """The lease keeper's call when a run passes ``WAKEFUL_RUN_TIME_LIMIT``, whatever pool
+    carries it: the run's events fail (the attempt stands: a run that never ends is a poison
+    event's way too), the lease is given back and the inbox rung, so its other events do not
+    wait for the stuck run. The run's own finish, whenever it comes, is refused (fenced). In a
+    dense worker the run's thread also gets ``SoftTimeLimitExceeded`` raised in it, as a
+    prefork child gets it from Celery (Celery's threads pool has no time limits,
+    celery#9203, and cannot terminate a job, celery#10490): at its next Python bytecode, so a
+    call blocked in C (a socket read) ends when that call returns or times out."""
+    store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
+    error = f"the run passed WAKEFUL_RUN_TIME_LIMIT ({settings.run_time_limit}s)"
+    if store.finish(inbox, holder, gen, ids, error=error):
+        log.warning("inbox %r run on events %s: %s; ended", inbox, ids, error)
+    if store.release(inbox, holder, gen, force=True):
+        doorbell.ring(inbox)
+    if runtime.dense():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(SoftTimeLimitExceeded))
 
 
 def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[str, Any], *,

@@ -1,14 +1,50 @@
-"""The store, opened lazily once per process (after the prefork fork, never before)."""
+"""The store, opened lazily once per process (after the prefork fork, never before), with
+a connection pool sized for the worker's pool: what this process runs at once.
+
+A prefork child runs one task at a time: 2 connections (its task's and the lease keeper's)
+and a few of overflow. A dense worker (Celery's ``threads`` pool: hundreds of runs in flight
+in one process) holds a connection only inside a transaction, a few milliseconds of each
+run's seconds (``Store.unpinned``): ``WAKEFUL_DATABASE_POOL_SIZE`` connections, 10 by
+default, and as many of overflow for bursts, carry a thousand runs in flight.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 import threading
+from typing import Any
+
+from celery.signals import worker_init
 
 from store import Store
 
 from tasks.settings import settings
+
+# The pool of the worker this process belongs to ("prefork", "threads", "solo" ...) and its
+# concurrency, set when the worker starts (a process outside a worker: one at a time).
+_worker: dict[str, Any] = {"pool": "prefork", "concurrency": 1}
+
+
+@worker_init.connect
+def _remember_the_pool(sender: Any = None, **_kwargs: Any) -> None:
+    pool = getattr(sender, "pool_cls", "prefork")
+    name = pool if isinstance(pool, str) else getattr(pool, "__module__", "prefork").rpartition(".")[2]
+    _worker.update(pool={"thread": "threads", "processes": "prefork"}.get(name, name),
+                   concurrency=int(getattr(sender, "concurrency", 1) or 1))
+
+
+def dense() -> bool:
+    """Whether this process carries many runs at once (the threads pool)."""
+    return _worker["pool"] == "threads"
+
+
+def pool_sizes() -> tuple[int, int]:
+    """(pool_size, max_overflow) for this process's store."""
+    if not dense():
+        return 2, 4
+    size = settings.database_pool_size or min(10, _worker["concurrency"])
+    return size, size
 
 _lock = threading.Lock()
 _store: Store | None = None
@@ -27,7 +63,9 @@ def get_store() -> Store:
         if _store is None or _pid != os.getpid():
             if _store is not None:
                 _inherited.append(_store)
-            _store = Store.connect(settings.store_url, **settings.store_options())
+            size, overflow = pool_sizes()
+            _store = Store.connect(settings.store_url, pool_size=size, max_overflow=overflow,
+                                   **settings.store_options())
             _pid = os.getpid()
         return _store
 

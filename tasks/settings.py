@@ -38,6 +38,11 @@ class Settings:
     # Where task results go when a caller asks for one (send_task(..., ignore_result=False)).
     # Empty: the broker's Redis, or a SQLite file next to the embedded broker.
     result_backend: str = field(default="", repr=False)
+    # Connections a dense (threads pool) worker's store keeps, and as many again of overflow;
+    # 0: min(10, the worker's concurrency). A run holds one only inside a transaction (a few
+    # ms of its seconds), so 10 carry ~1,000 runs in flight: 64 such workers through
+    # PgBouncer still need no more server connections than PgBouncer's own pool.
+    database_pool_size: int = 0
     # The agent: module:callable taking a Run and returning an Outcome.
     agent: str = "agent.demo:agent"
     # Outbox channel: "log", "jsonl:/path", an http(s):// URL (webhook), or module:callable.

@@ -179,7 +179,7 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
 def _start(cluster: Cluster, run_workers: int, beat: bool) -> None:
     import subprocess
 
-    from cli.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
+    from cli.processes import CONTROL_QUEUES, RUN_POOL, RUN_QUEUES, Processes
 
     # What `wakeful init` does before a Procfile starts: the embedded broker's tables and
     # queues, so the processes below do not race to create them. (The store is migrated
@@ -189,7 +189,8 @@ def _start(cluster: Cluster, run_workers: int, beat: bool) -> None:
                        check=True, capture_output=True, timeout=60)
     procs = Processes(env=cluster.env, logdir=cluster.home / "logs")
     cluster.procs = procs
-    started = [procs.worker(f"runs{i}", RUN_QUEUES) for i in range(run_workers)]
+    # The Procfile's dense run worker (fewer threads: a test's inboxes are few).
+    started = [procs.worker(f"runs{i}", RUN_QUEUES, concurrency=20, pool=RUN_POOL) for i in range(run_workers)]
     cluster.run_workers = list(started)
     started.append(procs.worker("control", CONTROL_QUEUES, concurrency=2))
     if beat:

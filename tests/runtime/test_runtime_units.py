@@ -6,13 +6,14 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from runtime_support import base_env
-from store import OutgoingMessage
+from store import OutgoingMessage, Store
 from tasks.celeryconfig import celery_config
 from tasks.channels import load_channel
 from tasks.channels.log import JsonlChannel
@@ -205,51 +206,63 @@ def test_the_redis_guard_refuses_a_kombu_it_was_not_verified_against() -> None:
             redis_guard.check_version(unverified)
 
 
-def test_the_lease_keeper_renews_each_held_run_until_it_ends_is_refused_or_runs_out() -> None:
-    import threading
-    import time
+class _CountingStore(Store):
+    """The real store, counting the keeper's statements."""
 
+    def renew_many(self, held, *, now=None):  # type: ignore[no-untyped-def]
+        held = list(held)
+        self.batches = getattr(self, "batches", []) + [len(held)]
+        return super().renew_many(held, now=now)
+
+
+def _leases(db_url: str, *names: str):  # type: ignore[no-untyped-def]
+    from tasks.runs import HeldLease
+
+    store = _CountingStore.connect(db_url, lease_ttl=60)
+    far = time.monotonic() + 600
+    return store, {n: HeldLease(store, n, "w", store.acquire(n, "w"), far) for n in names}
+
+
+def test_the_lease_keeper_renews_every_held_run_in_one_statement_until_it_ends_is_lost_or_runs_out(
+        db_url: str) -> None:
+    import threading
+
+    from cli.processes import wait_for
     from tasks.lease_keeper import LeaseKeeper
 
     keeper = LeaseKeeper()
-    renewed = {"a": 0, "b": 0, "c": 0}
-    refused = threading.Event()
-
-    def renew(name: str, answer: bool = True):  # type: ignore[no-untyped-def]
-        def call() -> bool:
-            renewed[name] += 1
-            if not answer:
-                refused.set()
-            return answer
-        return call
-
-    far = time.monotonic() + 60
-    with keeper.holding(renew("a"), 0.15, far, "a"), keeper.holding(renew("b", False), 0.15, far, "b") as b, \
-            keeper.holding(renew("c"), 0.15, time.monotonic() + 0.12, "c"):
-        assert refused.wait(5)
-        time.sleep(0.5)
-        assert not b.heartbeat() and b.lost.is_set()  # refused once: lost for good
-    ended = dict(renewed)
-    time.sleep(0.3)
-    assert renewed == ended  # nothing renewed once the runs ended
-    assert ended["a"] >= 3 and ended["b"] == 1 and ended["c"] <= 2  # c passed its deadline
+    store, leases = _leases(db_url, "a", "b", "c")
+    assert store.release("b", "w", leases["b"].generation, force=True)  # b is lost: taken over
+    assert store.acquire("b", "x") == leases["b"].generation + 1
+    ended = threading.Event()
+    far = time.monotonic() + 600
+    with keeper.holding(leases["a"], 0.15, far, "a"), keeper.holding(leases["b"], 0.15, far, "b") as b, \
+            keeper.holding(leases["c"], 0.15, time.monotonic() + 0.2, "c", on_deadline=ended.set) as c:
+        wait_for(lambda: b.lost.is_set() and ended.is_set() and len(store.batches) >= 4, 10,
+                 "b lost, c past its deadline, a renewed on")
+        assert not b.heartbeat() and c.lost.is_set()  # lost for good
+        assert store.batches[0] == 3  # every run due at a tick: one statement
+        wait_for(lambda: set(keeper._held.values()) == {h for h in keeper._held.values() if h.name == "a"}, 5,
+                 "only a held")
+    wait_for(lambda: not keeper._held, 5, "nothing held once the runs ended")
+    store.dispose()
 
 
-def test_the_lease_keeper_wakes_for_a_run_due_before_its_own_next_wake_up() -> None:
+def test_the_lease_keeper_wakes_for_a_run_due_before_its_own_next_wake_up(db_url: str) -> None:
     """It sleeps a long lease's third with nothing held and is not woken by runs due after
     that; a run due sooner (a shorter lease) must wake it, or it would lapse unrenewed."""
-    import time
-
+    from cli.processes import wait_for
     from tasks.lease_keeper import LeaseKeeper
 
     keeper = LeaseKeeper()
-    far = time.monotonic() + 60
-    with keeper.holding(lambda: True, 30, far, "long"):
-        time.sleep(0.05)  # the thread is up and asleep until the long lease's first renewal
-    renewals = []
-    with keeper.holding(lambda: renewals.append(time.monotonic()) or True, 0.15, far, "short"):
-        time.sleep(0.4)
-    assert len(renewals) >= 3  # every 0.05 s, not after the 10 s idle sleep
+    store, leases = _leases(db_url, "long", "short")
+    far = time.monotonic() + 600
+    with keeper.holding(leases["long"], 30, far, "long"):
+        wait_for(lambda: keeper._next_wake > time.monotonic() + 5, 5, "the keeper asleep for the long lease")
+    with keeper.holding(leases["short"], 0.15, far, "short"):
+        wait_for(lambda: len(getattr(store, "batches", [])) >= 3, 5,  # every 0.05 s, not after 10 s
+                 "the short lease renewed three times")
+    store.dispose()
 
 
 @pytest.mark.parametrize("recruit_after, rings", [(3600.0, 0), (0.0, 6)])

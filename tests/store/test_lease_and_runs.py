@@ -397,6 +397,20 @@ def test_a_pinned_block_checks_out_one_connection(store: Store) -> None:
     assert checkouts[0] == 2  # the ingest's, then the pinned block's
 
 
+def test_a_pinned_block_holds_no_connection_while_the_agent_works(store: Store) -> None:
+    store.ingest("a", "chat", "m-1", {})
+    with store.pinned():
+        start = store.start_run("a", "A")
+        assert store.engine.pool.checkedout() == 1
+        with store.unpinned():  # the agent's run: seconds of waiting
+            assert store.engine.pool.checkedout() == 0
+            assert store.renew("a", "A", start.generation)  # a heartbeat checks one out and back
+            assert store.engine.pool.checkedout() == 0
+        assert store.engine.pool.checkedout() == 1  # pinned again for the finish
+        assert store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events]).finished
+    assert store.engine.pool.checkedout() == 0
+
+
 def test_finish_and_claim_hands_back_the_next_batch_with_a_fresh_lease(store: Store) -> None:
     fill(store, "a", "m-1")
     start = store.start_run("a", "A", now=T)
@@ -450,3 +464,15 @@ def test_a_forced_release_hands_a_busy_inbox_back(store: Store) -> None:
     assert store.release("a", "B", gen, now=T, force=True) is False  # still fenced
     assert store.release("a", "A", gen, now=T, force=True) is True
     assert store.acquire("a", "B", now=T) == gen + 1
+
+
+def test_renew_many_extends_the_live_leases_it_names_in_one_statement(store: Store) -> None:
+    gens = {name: store.acquire(name, "A", now=T) for name in ("a", "b", "c")}
+    assert store.acquire("c", "B", now=T + TTL + 1) == gens["c"] + 1  # c was taken over
+    renewed = store.renew_many([("a", "A", gens["a"]), ("b", "A", gens["b"] + 5), ("c", "A", gens["c"])],
+                               now=T + 10)
+    assert renewed == {("a", "A", gens["a"])}  # b: not that generation; c: not that holder
+    assert store.acquire("a", "B", now=T + 10 + TTL) is None  # a full lease from the renewal
+    assert store.acquire("a", "B", now=T + 10 + TTL + 1) == gens["a"] + 1
+    assert store.renew_many([("a", "A", gens["a"])], now=T + 10 + TTL + 2) == set()  # lost
+    assert store.renew_many([]) == set()
