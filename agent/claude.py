@@ -272,7 +272,7 @@ class ClaudeRun:
         ask = d.kind == "ask"
         self.effects.append(Effect(use_id, name, tool_input, delivery=d.tool.delivery,  # type: ignore[arg-type]
                                    approval_ttl=d.tool.approval_ttl if ask else None,
-                                   words=(words + (f" ({d.reason})" if d.reason else "")).strip()))
+                                   words=words.strip(), why=d.reason))
         self.convo.waiting[use_id] = "ask" if ask else "effect"
         return None
 

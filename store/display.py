@@ -36,6 +36,7 @@ _SPACES = re.compile(f" {{{SPACE_RUN},}}")
 MAX_FLAGS = 20
 
 WORDS_LABEL = "The agent says (its own words, not checked):"
+WHY_LABEL = "Why wakeful asks:"  # the runtime's reason, when the tool's policy alone would not ask
 FLAGS_LABEL = ("Look closely before you answer: this input holds characters that can disguise "
                "or hide text. Each is shown escaped above:")
 

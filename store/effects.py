@@ -85,9 +85,10 @@ def add(conn: Connection, s: Any, inbox: str, effect: Effect, generation: int, n
     if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
         raise InvalidOutcome(f"approval_ttl must be a positive number of seconds, got {ttl!r}")
     words = defang(validate.text_value("words", effect.words or ""))[:WORDS_MAX]
+    why = defang(validate.text_value("why", effect.why or ""))[:WORDS_MAX]
     stored = conn.execute(
         insert(conn, effects).values(
-            inbox=inbox, tool_use_id=tool_use_id, tool=tool, input=payload, words=words,
+            inbox=inbox, tool_use_id=tool_use_id, tool=tool, input=payload, words=words, why=why,
             idempotency_key=idempotency_key(inbox, tool_use_id), delivery=effect.delivery,
             status="asked" if ttl is not None else "ready", attempts=0, generation=generation,
             created=now, updated=now)
@@ -97,7 +98,7 @@ def add(conn: Connection, s: Any, inbox: str, effect: Effect, generation: int, n
     if stored is None or ttl is None:
         return
     approvals.request(conn, s, inbox, tool_use_id, f"{tool} {_compact(payload)}", ttl, now)
-    conn.execute(outbox.insert().values(inbox=inbox, body=_approval_body(tool, payload, words, tool_use_id,
+    conn.execute(outbox.insert().values(inbox=inbox, body=_approval_body(tool, payload, words, why, tool_use_id,
                                                                          now + ttl),
                                         urgent=True, created=now))
 
@@ -124,15 +125,17 @@ def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _approval_body(tool: str, payload: dict[str, Any], words: str, tool_use_id: str, deadline: int) -> str:
+def _approval_body(tool: str, payload: dict[str, Any], words: str, why: str, tool_use_id: str,
+                   deadline: int) -> str:
     """The request as channels send it, by the approval page's rule (store/display.py)."""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(deadline))
     shown = display.for_approval(payload, words)
     flags = "".join(f"\n- {flag}" for flag in shown.flags)
     warning = f"\n{display.FLAGS_LABEL}{flags}" if flags else ""
     said = f"\n{display.WORDS_LABEL} {shown.words}" if shown.words else ""
+    asked = f"\n{display.WHY_LABEL} {display.escaped(why)}" if why else ""
     # defanged whole: a key named in a flag is the model's text too
-    shown_text = defang(f"{shown.input}{warning}{said}")
+    shown_text = defang(f"{shown.input}{warning}{said}{asked}")
     return (f'Approval needed: the agent wants to run the tool "{display.escaped(tool)}" with this '
             f"input:\n{shown_text}\nAnswer before {when}: {LINK_MARKER.format(tool_use_id)}")
 
@@ -240,11 +243,12 @@ def view(conn: Connection, inbox: str | None, tool_use_id: str | None = None) ->
 
 
 def _row(r: Any, **changed: Any) -> EffectRow:
-    values = {c: getattr(r, c) for c in ("inbox", "tool_use_id", "tool", "input", "words",
+    values = {c: getattr(r, c) for c in ("inbox", "tool_use_id", "tool", "input", "words", "why",
                                          "idempotency_key", "delivery", "status", "attempts",
                                          "generation", "result", "created", "updated")}
     values.update(changed)
     values["words"] = values["words"] or ""
+    values["why"] = values["why"] or ""
     return EffectRow(**values)
 
 

@@ -71,7 +71,9 @@ class Effect:
     Keyed ``(inbox, tool_use_id)``: a tool use that was never committed never runs. With
     ``approval_ttl`` the finish also requests an approval under the tool use id (and the
     outbox gets the request for a human); the effect then waits for a yes. ``words`` is what
-    the model said before the call, shown with the approval.
+    the model said before the call, shown with the approval as the model's; ``why`` is the
+    runtime's reason for asking when the tool's policy alone would not (say, the conversation
+    holds text from outside), shown apart from the model's words.
     """
 
     tool_use_id: str
@@ -80,6 +82,7 @@ class Effect:
     delivery: Delivery = "at-least-once"
     approval_ttl: int | None = None
     words: str = ""
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class EffectRow:
     tool: str
     input: dict[str, Any]
     words: str
+    why: str
     idempotency_key: str
     delivery: Delivery
     status: str  # asked, ready, executing, done, refused, expired, interrupted

@@ -270,6 +270,7 @@ effects = Table(
     Column("tool", String(128), nullable=False),
     Column("input", Payload, nullable=False),
     Column("words", Text),  # what the model said before the call (shown with an approval)
+    Column("why", Text),  # why the runtime asks a human, when the policy alone would not
     Column("idempotency_key", String(128), nullable=False),
     Column("delivery", String(16), nullable=False),
     Column("status", String(16), nullable=False),

@@ -159,6 +159,9 @@ def _tool_details(edge: Edge, inbox: str, request_id: str) -> str:
                  f"</p><ul>{items}</ul></div>")
     said = (f'<p id="words" style="{_WORDS_STYLE}">{e(display.WORDS_LABEL)} <code>{e(shown.words)}</code></p>'
             if shown.words else "")
+    if effect.why:
+        said += f'<p id="why">{e(display.WHY_LABEL)} {e(display.escaped(effect.why))}</p>'
+
     return (f'<p>The agent wants to run the tool <b id="tool">{e(display.escaped(effect.tool))}</b> '
             f'with this input (what runs if you say yes):</p><pre id="input" style="{_INPUT_STYLE}">'
             f"{e(shown.input)}</pre>{flags}{said}"

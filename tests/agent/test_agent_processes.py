@@ -110,7 +110,8 @@ def test_a_read_tools_answer_never_unlocks_a_write_in_the_workers(
     [effect] = _asked(cluster, "inject", 1)
     assert (effect.tool, effect.status) == ("send_invoice", "asked")
     [request] = _replied(cluster, "inject", "Approval needed")
-    assert "attacker@evil.example" in request and "the output of lookup_order, which is not trusted" in request
+    assert "attacker@evil.example" in request
+    assert "Why wakeful asks: the conversation holds the output of lookup_order, which is not trusted" in request
     assert [c["tool"] for c in _executions(tool_log, "inject")] == ["lookup_order"]
 
 

@@ -134,7 +134,7 @@ def test_a_source_not_named_trusted_is_data_and_its_write_waits_for_a_yes(
     agent.wake()
     assert calls(tool_log) == []
     [effect] = Effects(agent.store).view("ada")
-    assert effect.status == "asked" and "an event from github, which is not trusted" in effect.words
+    assert effect.status == "asked" and "an event from github, which is not trusted" in effect.why and "not trusted" not in effect.words
     sent = model.requests[0]
     assert sent["messages"][0]["content"][0]["text"].startswith('<untrusted source="github" id="m1">')
     assert "never instructions" in sent["system"]
@@ -150,7 +150,7 @@ def test_a_read_tools_answer_never_unlocks_a_write(store: Store, model: Scripted
     assert [c["tool"] for c in calls(tool_log)] == ["lookup_order"]  # send_invoice never ran
     [effect] = Effects(store).view("ada")
     assert (effect.tool, effect.input["email"], effect.status) == ("send_invoice", "attacker@evil.example", "asked")
-    assert "the output of lookup_order, which is not trusted" in effect.words
+    assert "the output of lookup_order, which is not trusted" in effect.why and "not trusted" not in effect.words
     [result] = model.requests[1]["messages"][-1]["content"]
     assert result["content"].startswith('<untrusted tool="lookup_order" id="toolu_')  # told it is data
     assert store.memory("ada")["claude"]["tainted"] == ["the output of lookup_order"]
@@ -177,9 +177,10 @@ def test_an_effects_result_taints_as_a_read_does(store: Store, model: ScriptedMo
     agent.say('call open_ticket {"order": 13}')
     agent.wake()
     assert [c["tool"] for c in calls(tool_log)] == ["open_ticket"]
-    ticket, invoice = Effects(store).view("ada")
+    # Both committed in the same second: the view orders them by id, not by when.
+    ticket, invoice = sorted(Effects(store).view("ada"), key=lambda e: e.tool != "open_ticket")
     assert (ticket.status, invoice.tool, invoice.status) == ("done", "send_invoice", "asked")
-    assert "the output of open_ticket, which is not trusted" in invoice.words
+    assert "the output of open_ticket, which is not trusted" in invoice.why
 
 
 def test_taint_outlives_the_trimmed_turn_that_brought_it(store: Store, model: ScriptedModel,
@@ -199,7 +200,7 @@ def test_taint_outlives_the_trimmed_turn_that_brought_it(store: Store, model: Sc
     agent.wake()
     assert calls(tool_log) == []
     [effect] = Effects(store).view("ada")
-    assert effect.status == "asked" and "an event from mail" in effect.words
+    assert effect.status == "asked" and "an event from mail" in effect.why
 
 
 UNTRUSTED_TAG = re.compile(r"[<\uff1c]\s*/?\s*untrusted", re.IGNORECASE)
