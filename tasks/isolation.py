@@ -175,19 +175,21 @@ def _serve_child(child: Any, conn: Any, run: Run, deadline: float) -> Outcome | 
             child.kill()
             raise SoftTimeLimitExceeded(f"the run passed its deadline; its process (pid {child.pid}) was killed")
         ready = multiprocessing.connection.wait([conn, child.sentinel], timeout=min(left, 1.0))
-        if conn in ready:
-            try:
-                request = conn.recv()
-            except (EOFError, OSError):
-                request = None  # it died writing, or before: its exit code says how
-            if request is not None:
-                done, value = _answer(request, run, conn)
-                if done:
-                    return value
-                continue
-        if child.sentinel in ready or not child.is_alive():
+        if not ready:
+            continue
+        # Its last words first: a child that answered and exited is ready on both.
+        try:
+            request = conn.recv() if conn.poll() else None
+            gone = request is None and child.sentinel in ready
+        except (EOFError, OSError):
+            request, gone = None, True  # it died writing, or before: its exit code says how
+        if gone:
             child.join(timeout=10)
             raise RuntimeError(f"the run's process died ({_how(child.exitcode)})")
+        if request is not None:
+            done, value = _answer(request, run, conn)
+            if done:
+                return value
 
 
 def _answer(request: _Request, run: Run, conn: Any) -> tuple[bool, Any]:

@@ -30,6 +30,7 @@ COUNTS = (
     "dead_below_cap",         # dead with fewer than max_attempts claims (an outage aside)
     "dead_outage_below_horizon",  # dead for an outage that had lasted less than the horizon
     "live_above_cap",         # not dead, yet claimed more than max_attempts times
+    "dead_never_alone",       # dead, yet never claimed in a batch of its own (poison isolation)
     "timer_slot_twice",       # one timer occurrence stored twice (or two within one period)
     "outbox_key_changed",     # one dispatch key delivered with different content
     "outbox_resent_at_most_once",  # an at-most-once key delivered more than once
@@ -72,6 +73,12 @@ def claim_counts(fault_log: Iterable[dict[str, Any]]) -> Counter[int]:
     return claims
 
 
+def claimed_alone(fault_log: Iterable[dict[str, Any]]) -> set[int]:
+    """Event ids claimed at least once in a batch of their own (an ``after_claim`` of one)."""
+    return {int(line["events"][0]) for line in fault_log
+            if line.get("point") == "after_claim" and len(line.get("events", [])) == 1}
+
+
 def check(store: Store, *, inputs: Inputs, max_attempts: int,
           fault_log: list[dict[str, Any]] | None = None,
           sent: list[dict[str, Any]] | None = None, delivery: str = "at-least-once",
@@ -99,6 +106,10 @@ def check(store: Store, *, inputs: Inputs, max_attempts: int,
         claims = claim_counts(fault_log)
         # A run that said "try later" gave its claim's attempt back and counted a wait instead.
         counts["attempts_not_claims"] = sum(1 for e in ev if e.attempts + e.waits != claims.get(e.id, 0))
+        # A retried event is claimed alone (and, in a dense worker, run apart): an event parked
+        # dead without ever failing alone may have been killed by a neighbour.
+        alone = claimed_alone(fault_log)
+        counts["dead_never_alone"] = sum(1 for e in ev if e.status == "dead" and e.id not in alone)
     counts["timer_slot_twice"] = _timers(ev)
     counts.update(_outbox(sent or [], ob, delivery, outbox_gap))
     return counts

@@ -94,7 +94,7 @@ class Stack:
     # --- processes ---------------------------------------------------------------------
     def worker(self, name: str, queues: tuple[str, ...] = RUN_QUEUES, *, faults: str = "",
                concurrency: int = 1, extra_env: dict[str, str] | None = None,
-               prefix: list[str] | None = None) -> Proc:
+               prefix: list[str] | None = None, pool: str = "prefork") -> Proc:
         """A worker; run workers always log their claims (after_claim:log)."""
         points = [faults] if faults else []
         if queues == RUN_QUEUES and "after_claim" not in faults:
@@ -103,7 +103,7 @@ class Stack:
         return self._spawn(name, (prefix or []) + [
             sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO",
             "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-Q", ",".join(queues),
-            "-c", str(concurrency), "--without-mingle", "--without-gossip"], env)
+            "-c", str(concurrency), "-P", pool, "--without-mingle", "--without-gossip"], env)
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str], ready_marker: str = " ready.") -> Proc:
         proc = self.procs.start(name, args, extra_env=env, ready_marker=ready_marker)
