@@ -62,6 +62,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from store import Outcome
 
 from agent import Agent, Run
+from tasks import faults
 
 log = logging.getLogger("wakeful.runs")
 
@@ -100,17 +101,15 @@ def shares_process() -> bool:
     return _pool is not None and _pool not in OWN_PROCESS_POOLS
 
 
-def apart(run: Run) -> bool:
-    """Whether this run must not run in the worker's own process: a retried batch (the claim
-    hands one back alone) in a process shared with other runs."""
-    return shares_process() and any(e.attempts >= 2 for e in run.events)
-
-
 def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outcome | None:
     """The agent's answer to ``run``: in this thread, or for a retried batch in a process
     shared with other runs, from a process of its own (see the module docstring).
     ``deadline`` (a ``time.monotonic()``) is when a run apart is killed."""
-    if not apart(run):
+    shared = shares_process()
+    alone = shared and any(e.attempts >= 2 for e in run.events)
+    if shared:
+        faults.point("agent_call", inbox=run.inbox, events=[e.id for e in run.events], apart=alone)
+    if not alone:
         return agent(run)
     try:
         pickled = pickle.dumps(agent)

@@ -91,7 +91,9 @@ def test_checker_tells_an_outage_from_a_poison_event() -> None:
     assert (counts["dead_below_cap"], counts["dead_outage_below_horizon"]) == (1, 1)
 
 
-def test_checker_knows_which_events_failed_alone() -> None:
+def test_checker_knows_which_events_ran_alone() -> None:
     log = [{"point": "after_claim", "events": [1, 2, 3]}, {"point": "after_claim", "events": [2]},
-           {"point": "in_agent", "events": [3]}, {"point": "after_claim", "events": [4]}]
-    assert claimed_alone(log) == {2, 4}
+           {"point": "after_claim", "events": [4]}, {"point": "agent_call", "events": [4], "apart": False},
+           {"point": "after_claim", "events": [5]}, {"point": "agent_call", "events": [5], "apart": False},
+           {"point": "after_claim", "events": [5]}, {"point": "agent_call", "events": [5], "apart": True}]
+    assert claimed_alone(log) == {2, 5}  # 4 was claimed alone, but ran beside others
