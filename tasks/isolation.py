@@ -21,11 +21,12 @@ How the child is made: ``multiprocessing``'s **forkserver**. The worker never fo
 (it runs threads: a forked copy can inherit a lock held by another thread, and pooled
 database connections); the fork server is a single-threaded process started once per worker
 process on the first run apart, with the agent's module, the store's records and this module
-already imported, and every child is a fork of it. Measured on this 2-core box (an agent
-returning at once; ``_measure`` below): forkserver ~10 ms of
-wall time per run apart, spawn (a fresh interpreter importing everything again) ~300 ms and
-~0.25 s of CPU each, which after a worker crash with 200 runs in flight is 200 retries at
-once. The forked children share the server's pages copy-on-write.
+already imported, and every child is a fork of it. Measured on this 2-core box with other
+work running (an agent returning at once; ``_measure`` below): 11-16 ms of wall time and
+~1 ms of the worker's CPU per run apart with the fork server, 820-1,000 ms with spawn (a
+fresh interpreter importing everything again, per run) - after a crash with 200 runs in
+flight, 200 retries at once. A forked child waiting in the agent has ~5 MB of private
+memory (it shares the server's pages copy-on-write).
 
 What crosses the boundary is data only: the agent itself (pickled by reference, as
 ``module:callable`` is imported), the Run's inbox, events, generation and memory, and back
@@ -38,8 +39,8 @@ the child opens no database connection. The child's traceback rides along as a n
 
 The waiting thread kills the child when the run's deadline passes (``deadline``, a
 ``time.monotonic()``; without one, ``WAKEFUL_RUN_TIME_LIMIT`` from the call) and raises
-``SoftTimeLimitExceeded`` as a time limit does. A child outlives no worker: it exits when the
-pipe to its worker breaks. At most ``MAX_APART`` runs apart are in flight per worker process
+``SoftTimeLimitExceeded`` as a time limit does. A child outlives no worker: the fork server
+exits with its worker, and a child whose parent is gone exits too. At most ``MAX_APART`` runs apart are in flight per worker process
 (each holds a process); the rest wait for a slot, holding their lease.
 """
 
@@ -66,7 +67,7 @@ from tasks import faults
 
 log = logging.getLogger("wakeful.runs")
 
-# Runs apart in flight per worker process. A process each (a fork of the server: a few MB of
+# Runs apart in flight per worker process. A process each (a fork of the server: ~5 MB of
 # its own); a worker that lost N runs in a crash gets N retries back, and this keeps them
 # from becoming N processes at once.
 MAX_APART = 32
@@ -106,10 +107,10 @@ def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outc
     shared with other runs, from a process of its own (see the module docstring).
     ``deadline`` (a ``time.monotonic()``) is when a run apart is killed."""
     shared = shares_process()
-    alone = shared and any(e.attempts >= 2 for e in run.events)
+    apart = shared and any(e.attempts >= 2 for e in run.events)
     if shared:
-        faults.point("agent_call", inbox=run.inbox, events=[e.id for e in run.events], apart=alone)
-    if not alone:
+        faults.point("agent_call", inbox=run.inbox, events=[e.id for e in run.events], apart=apart)
+    if not apart:
         return agent(run)
     try:
         pickled = pickle.dumps(agent)

@@ -89,6 +89,10 @@ def poison_beside(s: Stack, n: int = IN_FLIGHT) -> dict[str, int]:
     s.feed([(late, "chat", "after-poison", {"n": 1})])
     s.wait(lambda: s.settled([late]), "an event after the poison")
     s.supervise()
+    crashes = len(s.crashes) - crashes_before
+    for proc in s.procs.procs:  # the worker and its restarts: the next phase brings its own
+        if proc.name.startswith(f"runs-dense-{tag}") and proc.alive():
+            s.kill(proc)
     [p] = s.store.events(poison)
     events = [e for inbox in healthy for e in s.store.events(inbox)]
     return {
@@ -97,7 +101,7 @@ def poison_beside(s: Stack, n: int = IN_FLIGHT) -> dict[str, int]:
         "healthy_attempts_above_two": sum(1 for e in events if e.attempts > 2),
         # One crash: the poison's first run, fresh, in the shared process. Its retries die
         # in processes of their own.
-        "worker_crashes_not_one": abs(len(s.crashes) - crashes_before - 1),
+        "worker_crashes_not_one": abs(crashes - 1),
     }
 
 
