@@ -22,8 +22,8 @@ How the child is made: ``multiprocessing``'s **forkserver**. The worker never fo
 database connections); the fork server is a single-threaded process started once per worker
 process on the first run apart, with the agent's module, the store's records and this module
 already imported, and every child is a fork of it. Measured on this 2-core box with other
-work running (an agent returning at once; ``_measure`` below): 11-16 ms of wall time and
-~1 ms of the worker's CPU per run apart with the fork server, 820-1,000 ms with spawn (a
+work running (an agent returning at once; ``_measure`` below): 9-16 ms of wall time and
+~1 ms of the worker's CPU per run apart with the fork server, 460-1,000 ms with spawn (a
 fresh interpreter importing everything again, per run) - after a crash with 200 runs in
 flight, 200 retries at once. A forked child waiting in the agent has ~5 MB of private
 memory (it shares the server's pages copy-on-write).
@@ -79,9 +79,10 @@ _slots = threading.BoundedSemaphore(MAX_APART)
 _context: Any = None
 _context_lock = threading.Lock()
 
-# What the fork server imports once, so its children need not: this module (the child's
-# code), the store's records and the agent interface.
-PRELOAD = ["tasks.isolation", "store", "agent"]
+# What the fork server imports once, so its children need not: the worker's main module
+# (multiprocessing's default: else every child runs the `celery` script again to set up its
+# __main__), this module (the child's code), the store's records and the agent interface.
+PRELOAD = ["__main__", "tasks.isolation", "store", "agent"]
 
 # Pools whose runs each have a process of their own, which dies alone.
 OWN_PROCESS_POOLS = ("prefork", "processes")
