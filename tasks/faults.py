@@ -44,6 +44,7 @@ POINTS = (
     "after_send_before_mark", # the channel accepted a message, the rows not yet marked sent
     "during_scan",            # the timer scan fired timers, its COMMIT not yet sent
     "before_ingest_commit",   # a batch of ingest messages written, its COMMIT not yet sent
+    "agent_call",             # in a process shared by runs: the agent called inline or apart
 )
 ACTIONS = ("log", "block", "exit", "sleep", "raise")
 

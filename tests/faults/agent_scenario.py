@@ -35,21 +35,24 @@ def agent_tools(make_stack, rng: random.Random, scale: int = 1):  # type: ignore
         s = make_stack(WAKEFUL_AGENT="claude", WAKEFUL_AGENT_CONFIG=str(config),
                        ANTHROPIC_BASE_URL=model.base_url, ANTHROPIC_API_KEY="fault-test")
         s.inputs.generated_sources.add("tool")  # results the executor ingests
-        healthy, control, beat = s.worker("runs-healthy"), s.control(), s.beat()
-        s.ready(healthy, control, beat)
+        # The faulty worker is the only run worker until it blocks in its first finish, so the
+        # kill lands there every time (with a healthy worker beside it, the healthy one once
+        # took every inbox and the faulty one never reached a finish).
+        faulty = s.worker("runs-finish", faults="before_finish_commit:block:1")
+        control, beat = s.control(), s.beat()
+        s.ready(faulty, control, beat)
         inboxes = [f"agent{i}" for i in range(4 * scale)]
 
         def batch(tag: str) -> list[tuple]:
             return [(inbox, "chat", f"{tag}-{inbox}",
                      {"text": rng.choice(TEXTS).format(n=rng.randint(1, 10_000))}) for inbox in inboxes]
 
-        s.feed(batch("a"))
         mark = s.log_length()
-        faulty = s.worker("runs-finish", faults="before_finish_commit:block:1")
-        s.ready(faulty)
-        s.feed(batch("b"))
+        s.feed(batch("a"))
         s.wait_blocked("before_finish_commit", after=mark, timeout=90)
         s.kill(faulty, signal.SIGKILL)
+        s.ready(s.worker("runs-healthy"))
+        s.feed(batch("b"))
         s.feed(batch("c"))
         book = Effects(s.store)
         for _ in range(3):  # a result ingested after a drain wakes the agent once more

@@ -30,6 +30,7 @@ COUNTS = (
     "dead_below_cap",         # dead with fewer than max_attempts claims (an outage aside)
     "dead_outage_below_horizon",  # dead for an outage that had lasted less than the horizon
     "live_above_cap",         # not dead, yet claimed more than max_attempts times
+    "dead_never_alone",       # dead, yet never run alone (claimed by itself, in a process of its own)
     "timer_slot_twice",       # one timer occurrence stored twice (or two within one period)
     "outbox_key_changed",     # one dispatch key delivered with different content
     "outbox_resent_at_most_once",  # an at-most-once key delivered more than once
@@ -72,6 +73,20 @@ def claim_counts(fault_log: Iterable[dict[str, Any]]) -> Counter[int]:
     return claims
 
 
+def claimed_alone(fault_log: Iterable[dict[str, Any]]) -> set[int]:
+    """Event ids run alone at least once: claimed in a batch of their own (an ``after_claim``
+    of one) and not run inline in a process shared with other runs (an ``agent_call`` line
+    with ``apart`` false; a prefork worker writes none: each run has a process)."""
+    alone: Counter[int] = Counter()
+    for line in fault_log:
+        ids = line.get("events", [])
+        if len(ids) == 1 and line.get("point") == "after_claim":
+            alone[int(ids[0])] += 1
+        elif len(ids) == 1 and line.get("point") == "agent_call" and not line.get("apart"):
+            alone[int(ids[0])] -= 1
+    return {event for event, n in alone.items() if n > 0}
+
+
 def check(store: Store, *, inputs: Inputs, max_attempts: int,
           fault_log: list[dict[str, Any]] | None = None,
           sent: list[dict[str, Any]] | None = None, delivery: str = "at-least-once",
@@ -99,6 +114,10 @@ def check(store: Store, *, inputs: Inputs, max_attempts: int,
         claims = claim_counts(fault_log)
         # A run that said "try later" gave its claim's attempt back and counted a wait instead.
         counts["attempts_not_claims"] = sum(1 for e in ev if e.attempts + e.waits != claims.get(e.id, 0))
+        # A retried event is claimed alone and, in a dense worker, run apart: an event parked
+        # dead without ever failing alone may have been killed by a neighbour.
+        alone = claimed_alone(fault_log)
+        counts["dead_never_alone"] = sum(1 for e in ev if e.status == "dead" and e.id not in alone)
     counts["timer_slot_twice"] = _timers(ev)
     counts.update(_outbox(sent or [], ob, delivery, outbox_gap))
     return counts

@@ -7,6 +7,9 @@ Quick and deterministic, with payload switches for the poison scenario:
 - ``hang``: sleep this many seconds without a heartbeat (a stuck tool call, past the lease
   and the run's soft time limit);
 - ``work``: seconds of work with a heartbeat every 0.2 s;
+- ``sleep``: wait this many seconds without a heartbeat (a model call: the runtime keeps the
+  lease), ``sleep_retry`` seconds instead on a retry; each wait is announced first in the
+  fault log (``{"point": "in_agent", ...}``), so a scenario can count the runs in flight;
 - ``say``: the run writes one outbox message with this text (``urgent`` too, optionally);
 - ``ask``: one call to the model (the real SDK, no retries of its own, against the scripted
   Messages API at ``WAKEFUL_TEST_MODEL_URL``), whose reply is the run's message; the API
@@ -33,6 +36,9 @@ def agent(run: Run) -> Outcome:
             os._exit(13)
         if p.get("hang"):
             time.sleep(float(p["hang"]))
+        if p.get("sleep"):
+            _announce_in_agent(run, event)
+            time.sleep(float(p["sleep"] if event.attempts < 2 else p.get("sleep_retry", p["sleep"])))
         if p.get("work"):
             end = time.monotonic() + float(p["work"])
             while time.monotonic() < end:
@@ -43,6 +49,12 @@ def agent(run: Run) -> Outcome:
         if p.get("ask"):
             messages.append(Message(_ask(str(p["ask"]))))
     return Outcome(messages=messages)
+
+
+def _announce_in_agent(run: Run, event) -> None:  # type: ignore[no-untyped-def]
+    from tasks import faults
+
+    faults._announce("in_agent", "log", event.attempts, {"inbox": run.inbox, "event": event.id})
 
 
 _client = None

@@ -2,7 +2,8 @@
 
 Shared by the CI scenarios (``tests/faults/``) and the soak (``python -m bench.soak``); it
 needs no pytest. Every run worker logs its claims at the ``after_claim`` fault point
-(``WAKEFUL_FAULTS=after_claim:log``) so the checker can compare attempts with claims; a
+(``WAKEFUL_FAULTS=after_claim:log``) so the checker can compare attempts with claims, and
+where a dense worker ran each agent call (``agent_call``: inline or apart); a
 worker started with a fault (``faults="before_finish_commit:block"``) announces the point in
 the same log before it blocks, and the scenario kills or pauses it there.
 """
@@ -94,16 +95,16 @@ class Stack:
     # --- processes ---------------------------------------------------------------------
     def worker(self, name: str, queues: tuple[str, ...] = RUN_QUEUES, *, faults: str = "",
                concurrency: int = 1, extra_env: dict[str, str] | None = None,
-               prefix: list[str] | None = None) -> Proc:
+               prefix: list[str] | None = None, pool: str = "prefork") -> Proc:
         """A worker; run workers always log their claims (after_claim:log)."""
         points = [faults] if faults else []
-        if queues == RUN_QUEUES and "after_claim" not in faults:
-            points.append("after_claim:log")
+        if queues == RUN_QUEUES:
+            points += [f"{p}:log" for p in ("after_claim", "agent_call") if p not in faults]
         env = {"WAKEFUL_FAULTS": ",".join(points), **(extra_env or {})}
         return self._spawn(name, (prefix or []) + [
             sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO",
             "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-Q", ",".join(queues),
-            "-c", str(concurrency), "--without-mingle", "--without-gossip"], env)
+            "-c", str(concurrency), "-P", pool, "--without-mingle", "--without-gossip"], env)
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str], ready_marker: str = " ready.") -> Proc:
         proc = self.procs.start(name, args, extra_env=env, ready_marker=ready_marker)

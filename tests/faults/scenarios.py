@@ -26,6 +26,7 @@ from store.tables import events as events_table
 
 from harness import LIBFAKETIME, Stack, faketime_prefix  # type: ignore[import-not-found]
 from agent_scenario import agent_tools  # type: ignore[import-not-found]  # noqa: E402
+from dense_scenario import dense_worker_faults  # type: ignore[import-not-found]  # noqa: E402
 
 MakeStack = Callable[..., Stack]
 RUN_POINTS = ("after_claim", "before_finish_commit", "after_finish_commit")
@@ -591,4 +592,5 @@ SCENARIOS: dict[str, Callable[..., Result]] = {
     "11 pickle and bad calls": pickle_and_bad_calls,
     "12 agent tool calls": agent_tools,  # tests/faults/agent_scenario.py (issue 12)
     "13 the model API down": model_api_down,
+    "14 dense worker killed, poison exits": dense_worker_faults,  # tests/faults/dense_scenario.py
 }

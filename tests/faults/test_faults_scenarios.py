@@ -99,3 +99,9 @@ def test_13_the_model_api_down_costs_no_attempt_and_loses_no_question(make_stack
     result = scenarios.model_api_down(make_stack, rng)
     _assert_clean(result)
     assert result.measured["fewest_waits"] >= 3
+
+
+def test_14_a_dense_worker_killed_and_a_poison_that_exits_it(make_stack, rng: random.Random) -> None:
+    result = scenarios.dense_worker_faults(make_stack, rng)
+    _assert_clean(result)
+    assert result.measured["dead"] == 1  # the poison event, alone

@@ -9,7 +9,7 @@ import pytest
 
 from tasks import faults
 
-from checker import Inputs, _events, _gap_broken, _outbox, _runs, _timers
+from checker import Inputs, _events, _gap_broken, _outbox, _runs, _timers, claimed_alone
 
 
 def test_spec_parses_points_actions_and_the_nth_reach(tmp_path) -> None:
@@ -89,3 +89,11 @@ def test_checker_tells_an_outage_from_a_poison_event() -> None:
           event(4, "dead", 1, "boom")]
     counts = _events(ev, inputs, max_attempts=3, outage_horizon=100)
     assert (counts["dead_below_cap"], counts["dead_outage_below_horizon"]) == (1, 1)
+
+
+def test_checker_knows_which_events_ran_alone() -> None:
+    log = [{"point": "after_claim", "events": [1, 2, 3]}, {"point": "after_claim", "events": [2]},
+           {"point": "after_claim", "events": [4]}, {"point": "agent_call", "events": [4], "apart": False},
+           {"point": "after_claim", "events": [5]}, {"point": "agent_call", "events": [5], "apart": False},
+           {"point": "after_claim", "events": [5]}, {"point": "agent_call", "events": [5], "apart": True}]
+    assert claimed_alone(log) == {2, 5}  # 4 was claimed alone, but ran beside others

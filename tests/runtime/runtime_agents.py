@@ -15,3 +15,25 @@ def slow(run: Run) -> None:
     import time
 
     time.sleep(0.5)
+
+
+def apart_probe(run: Run) -> object:
+    """Says which process ran it, or does what its event's payload asks: ``exit`` (os._exit),
+    ``hang`` (sleep), ``try_later``, ``heartbeat``, ``grant`` (tests/runtime/test_runtime_dense_faults.py)."""
+    import os
+    import time
+
+    from agent import TryLater
+    from store import Outcome
+
+    p = run.events[0].payload or {}
+    if p.get("exit"):
+        os._exit(13)
+    if p.get("hang"):
+        time.sleep(float(p["hang"]))
+    if p.get("try_later"):
+        raise TryLater("the model is away", after=3)
+    if p.get("heartbeat"):
+        run.heartbeat()
+    said = run.grant(["model"], 60) if p.get("grant") else str(os.getpid())
+    return Outcome(messages=[said], memory={"seen": run.memory.get("seen", 0) + 1})
