@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 
 from celery import Celery
-from celery.signals import beat_init, celeryd_init, worker_init, worker_process_init
+from celery.signals import beat_init, celeryd_init, worker_process_init
 
 from tasks import embedded, redis_guard
 from tasks.celeryconfig import QUEUES, celery_config
@@ -83,11 +83,3 @@ def _fresh_store_in_child(**_kwargs) -> None:
 
     forget_store()
 
-
-@worker_init.connect
-def _note_pool(sender: object = None, **_kwargs) -> None:
-    # Runs that share a process (any pool but prefork) run a retried event apart
-    # (tasks/isolation.py); a prefork child inherits this from the main process.
-    from tasks import isolation
-
-    isolation.set_pool(getattr(sender, "pool_cls", None))

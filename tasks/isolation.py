@@ -63,7 +63,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from store import Outcome
 
 from agent import Agent, Run
-from tasks import faults
+from tasks import faults, runtime
 
 log = logging.getLogger("wakeful.runs")
 
@@ -72,9 +72,6 @@ log = logging.getLogger("wakeful.runs")
 # from becoming N processes at once.
 MAX_APART = 32
 
-# The pool the worker runs tasks in, set at worker_init (tasks/application.py). None outside
-# a worker (a test or a bench calling the task body): inline, as in a prefork child.
-_pool: str | None = None
 _slots = threading.BoundedSemaphore(MAX_APART)
 _context: Any = None
 _context_lock = threading.Lock()
@@ -84,30 +81,11 @@ _context_lock = threading.Lock()
 # __main__), this module (the child's code), the store's records and the agent interface.
 PRELOAD = ["__main__", "tasks.isolation", "store", "agent"]
 
-# Pools whose runs each have a process of their own, which dies alone.
-OWN_PROCESS_POOLS = ("prefork", "processes")
-
-
-def set_pool(pool_cls: Any) -> None:
-    """Remember the worker's pool (its ``-P`` name or class), from the ``worker_init`` signal."""
-    global _pool
-    if isinstance(pool_cls, str):
-        name = pool_cls
-    else:
-        name = getattr(pool_cls, "__module__", "").rpartition(".")[2] or str(pool_cls)
-    _pool = {"thread": "threads"}.get(name, name)
-
-
-def shares_process() -> bool:
-    """Whether runs in this process share it: any worker pool but prefork."""
-    return _pool is not None and _pool not in OWN_PROCESS_POOLS
-
-
 def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outcome | None:
     """The agent's answer to ``run``: in this thread, or for a retried batch in a process
     shared with other runs, from a process of its own (see the module docstring).
     ``deadline`` (a ``time.monotonic()``) is when a run apart is killed."""
-    shared = shares_process()
+    shared = runtime.shares_process()
     apart = shared and any(e.attempts >= 2 for e in run.events)
     if shared:
         faults.point("agent_call", inbox=run.inbox, events=[e.id for e in run.events], apart=apart)
@@ -294,7 +272,7 @@ def _measure(n: int = 20) -> None:
     import tasks.isolation as isolation
     from store import Event
 
-    isolation._pool = "threads"
+    runtime._worker["pool"] = "threads"
     run = Run(inbox="measure", events=[Event(1, "measure", "x", "1", {}, "running", 2)],
               generation=1, memory={})
     for method in ("forkserver", "spawn"):

@@ -241,7 +241,7 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
         with lease.store.unpinned(), keeper.holding(lease, settings.lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
                       memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant)
-            outcome = isolation.call_agent(agent, run) or Outcome()
+            outcome = isolation.call_agent(agent, run, deadline=lease.deadline) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
         return result, RunStep(finished=False, events=[], released=False)

@@ -22,13 +22,14 @@ from store import Store
 from tasks.settings import settings
 
 # The pool of the worker this process belongs to ("prefork", "threads", "solo" ...) and its
-# concurrency, set when the worker starts (a process outside a worker: one at a time).
-_worker: dict[str, Any] = {"pool": "prefork", "concurrency": 1}
+# concurrency, set when the worker starts; a prefork child inherits it. None outside a worker
+# (a test or a bench calling a task's body): one run at a time, as in a prefork child.
+_worker: dict[str, Any] = {"pool": None, "concurrency": 1}
 
 
 @worker_init.connect
 def _remember_the_pool(sender: Any = None, **_kwargs: Any) -> None:
-    pool = getattr(sender, "pool_cls", "prefork")
+    pool = getattr(sender, "pool_cls", None) or "prefork"  # its -P name, or its class
     name = pool if isinstance(pool, str) else getattr(pool, "__module__", "prefork").rpartition(".")[2]
     _worker.update(pool={"thread": "threads", "processes": "prefork"}.get(name, name),
                    concurrency=int(getattr(sender, "concurrency", 1) or 1))
@@ -37,6 +38,12 @@ def _remember_the_pool(sender: Any = None, **_kwargs: Any) -> None:
 def dense() -> bool:
     """Whether this process carries many runs at once (the threads pool)."""
     return _worker["pool"] == "threads"
+
+
+def shares_process() -> bool:
+    """Whether runs in this process share it (any worker pool but prefork, whose runs each
+    have a process that dies alone): a retried event then runs apart (tasks/isolation.py)."""
+    return _worker["pool"] not in (None, "prefork")
 
 
 def pool_sizes() -> tuple[int, int]:

@@ -74,11 +74,11 @@ def test_a_retried_batch_in_a_shared_process_runs_apart_and_what_crosses_back(mo
 
     from agent import LeaseLost, TryLater
     from runtime_agents import apart_probe
-    from tasks import isolation
+    from tasks import isolation, runtime
 
-    monkeypatch.setattr(isolation, "_pool", "prefork")
+    monkeypatch.setitem(runtime._worker, "pool", "prefork")
     assert isolation.call_agent(apart_probe, _run({}, 2)).messages[0] == str(os.getpid())
-    monkeypatch.setattr(isolation, "_pool", "threads")
+    monkeypatch.setitem(runtime._worker, "pool", "threads")
     assert isolation.call_agent(apart_probe, _run({}, 1)).messages[0] == str(os.getpid())
     outcome = isolation.call_agent(apart_probe, _run({}, 2))
     assert outcome.messages[0] != str(os.getpid()) and outcome.memory == {"seen": 2}
