@@ -151,6 +151,8 @@ class Proxy:
         return httpx.AsyncClient(
             timeout=httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=s.read_timeout,
                                   pool=s.connect_timeout),
+            limits=httpx.Limits(max_connections=s.upstream_connections,
+                                max_keepalive_connections=s.upstream_connections),
             follow_redirects=False,  # a redirect goes back to the caller, who asks the proxy again
             trust_env=False)  # HTTP(S)_PROXY and netrc are not this process's business
 

@@ -160,6 +160,11 @@ def _marker() -> Any:
 
             if url.startswith("redis+socket://"):
                 url = "unix://" + url[len("redis+socket://"):]
-            _client = redis.Redis.from_url(url, socket_timeout=settings.redis_socket_timeout,
-                                           socket_connect_timeout=5)
+            # A blocking pool: a dense worker's hundreds of threads ring at once, and a ring
+            # takes well under a millisecond, so 50 connections serve them and the rest wait
+            # their turn (redis-py's default pool raises past its maximum instead).
+            pool = redis.BlockingConnectionPool.from_url(url, max_connections=50, timeout=settings.redis_socket_timeout,
+                                                         socket_timeout=settings.redis_socket_timeout,
+                                                         socket_connect_timeout=5)
+            _client = redis.Redis(connection_pool=pool)
     return _client or None
