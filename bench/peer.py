@@ -32,3 +32,18 @@ def noop() -> None:
 def probe(sent: float) -> None:
     """Send -> task start, the peer's half of the wake-latency figure."""
     record_latency(time.time() - sent)
+
+
+SPANS_KEY = "bench:agents:peer"
+
+
+@app.task(name="bench.wait")
+def wait(seconds: float, sent: float) -> None:
+    """The agents section's Celery peer (bench/waiting.py): a task that waits as an agent
+    waits on its model, then says when it started and ended (the worker's pool and
+    concurrency are the wakeful worker's, so the difference is wakeful's own)."""
+    from bench.probe import client
+
+    started = time.time()
+    time.sleep(seconds)
+    client().rpush(SPANS_KEY, f"{sent!r} {started!r} {time.time()!r}")
