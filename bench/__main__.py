@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
                              ">= 1,000 runs can be in flight at L = 10 s")
     parser.add_argument("--agents-forms", nargs="+", choices=("sleep", "claude", "proxy", "before"),
                         help="agents section: only these forms (default all; peers run with the forms they serve)")
+    parser.add_argument("--agents-waits", nargs="+", type=float, metavar="L",
+                        help="agents section: the agent's waits in seconds (default 2 10; --quick 2)")
+    parser.add_argument("--agents-inboxes", type=int, metavar="N",
+                        help="agents section: N inboxes for every wait (default 1,000 at 2 s, 1,200 at 10 s; --quick 400)")
     args = parser.parse_args(argv)
 
     from bench import env
@@ -48,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                                    WAKEFUL_AGENT="bench.agents:agent"))
     ctx = Context(sizes=Sizes.quick() if args.quick else Sizes.full(), home=home,
                   results=Results(), progress=Progress(), main_db=main_db, profile=args.profile,
-                  agent_sizes=AgentSizes.quick() if args.quick else AgentSizes.full(),
+                  agent_sizes=AgentSizes.quick().but(args.agents_waits, args.agents_inboxes) if args.quick
+                  else AgentSizes.full().but(args.agents_waits, args.agents_inboxes),
                   agents_pool=args.agents_pool, agents_concurrency=args.agents_concurrency,
                   agents_forms=tuple(args.agents_forms or ()))
     sections = args.only or SECTIONS

@@ -87,6 +87,12 @@ class AgentSizes:
     before_inboxes: int            # N for the Procfile's prefork worker (2 runs at a time)
     settle: float                  # seconds past the ideal end before a form is cut
 
+    def but(self, waits: list[float] | None, inboxes: int | None) -> "AgentSizes":
+        """These sizes with the waits and the number of inboxes asked for on the command line."""
+        waits_ = tuple(waits) if waits else self.waits
+        n = {w: inboxes or self.inboxes.get(w, max(self.inboxes.values())) for w in waits_}
+        return AgentSizes(waits_, n, min(self.before_inboxes, inboxes or self.before_inboxes), self.settle)
+
     @classmethod
     def quick(cls) -> "AgentSizes":
         # 400 inboxes: a burst of N at L = 2 s cannot exceed N / 2 runs/s, so N = 200 could
@@ -287,12 +293,12 @@ class Rig:
         w.wait_ready(self.sender.control, timeout=120)  # a ping on this section's broker
         return w
 
-    def stop(self, name: str) -> None:
+    def stop(self, name: str, timeout: float = 20) -> None:
         proc = self.procs.pop(name, None)
         if proc is None:
             return
         if hasattr(proc, "stop"):
-            proc.stop(timeout=20)
+            proc.stop(timeout=timeout)
         else:
             _stop_popen(proc)
 
@@ -666,7 +672,7 @@ def _run_forms(ctx: Any, rig: Rig, sizes: AgentSizes, forms: tuple[str, ...], re
     def fresh_after_cut(fig: Figures, name: str, restart: Any) -> None:
         if fig.cut:  # leftovers must not run into the next form
             say(f"agents: {fig.form} at L={fig.wait:g}s cut at {fig.done}/{fig.n}: replacing its worker")
-            rig.stop(name)
+            rig.stop(name, timeout=3)  # its runs are abandoned: no warm shutdown
             fig.errors = rig.error_lines(fig.offsets)  # what its runs logged until the worker stopped
             _abandon(rig, _prefix(fig.form, fig.wait))
             restart()
