@@ -148,6 +148,18 @@ def tree_rss_kb(pid: int) -> int:
     return total
 
 
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process tree so far (children reaped included)."""
+    total = 0
+    for p in tree_pids(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def tree_pids(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
@@ -204,6 +216,7 @@ class Sampler(threading.Thread):
         self.rss_kb: dict[str, int] = {name: 0 for name in pids}
         self.connections: dict[str, int] = {name: 0 for name in pids}
         self.db_total = 0
+        self.cpu_s = {name: tree_cpu_s(pid) for name, pid in pids.items()}  # at the start
         self.leases = 0
         self._halt = threading.Event()
 
@@ -230,6 +243,7 @@ class Sampler(threading.Thread):
     def stop(self) -> "Sampler":
         self._halt.set()
         self.join(10)
+        self.cpu_s = {name: tree_cpu_s(pid) - self.cpu_s[name] for name, pid in self.pids.items()}
         return self
 
 
@@ -496,7 +510,9 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
     fig.rss_mb = sampler.rss_kb["worker"] / 1024
     fig.connections = sampler.connections["worker"]
     fig.extra["db_connections_all_processes"] = sampler.db_total
+    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sampler.cpu_s["worker"] / max(1, fig.done), 1)
     if watch_proxy:
+        fig.extra["proxy_cpu_ms_per_run"] = round(1000 * sampler.cpu_s["proxy"] / max(1, fig.done), 1)
         fig.extra["proxy_rss_mb"] = round(sampler.rss_kb["proxy"] / 1024, 1)
         fig.extra["proxy_db_connections"] = sampler.connections["proxy"]
     fig.errors = rig.error_lines(offsets)
@@ -529,6 +545,7 @@ def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
     fig.p50, fig.p99 = percentile(lat, 50), percentile(lat, 99)
     fig.in_flight = peak_overlap([(b, e) for _, b, e in rows])
     fig.rss_mb = sampler.rss_kb["worker"] / 1024
+    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sampler.cpu_s["worker"] / max(1, fig.done), 1)
     fig.errors = rig.error_lines(offsets)
     return fig
 
@@ -545,6 +562,7 @@ def limit_form(rig: Rig, wait: float, n: int, grants: list[str] | None = None) -
         gfile = rig.home / "grants.json"
         gfile.write_text(json.dumps(grants))
         args = [sys.executable, "-m", "bench.waiting", "limit", f"{rig.proxy_url}/anthropic", str(n), str(gfile)]
+    proxy_cpu = tree_cpu_s(rig.procs["proxy"].pid) if grants else 0.0
     with open(log, "ab") as err:
         out = subprocess.run(args, env=rig.env("bench-limit"), cwd=_root(), stdout=subprocess.PIPE, stderr=err,
                              timeout=wait + 300)
@@ -555,6 +573,9 @@ def limit_form(rig: Rig, wait: float, n: int, grants: list[str] | None = None) -
     fig.in_flight = rig.model_stats()["peak_in_flight"]
     fig.rss_mb = result["rss_kb"] / 1024
     fig.extra["client_peak_in_flight"] = result["peak"]
+    fig.extra["client_cpu_ms_per_call"] = round(1000 * result["cpu_s"] / n, 2)
+    if grants:
+        fig.extra["proxy_cpu_ms_per_call"] = round(1000 * (tree_cpu_s(rig.procs["proxy"].pid) - proxy_cpu) / n, 2)
     if result["errors"]:
         fig.extra["call_errors"] = result["errors"]
     fig.errors = rig.error_lines(offsets)
@@ -608,12 +629,12 @@ async def _limit(url: str, n: int, grants: list[str] | None) -> dict[str, Any]:
         finally:
             state["now"] -= 1
 
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     await asyncio.gather(*(one(i) for i in range(n)))
-    seconds = time.monotonic() - t0
+    seconds, cpu = time.monotonic() - t0, time.process_time() - cpu0
     await http.aclose()
     return {"done": len(lat), "seconds": seconds, "p50": percentile(lat, 50), "p99": percentile(lat, 99),
-            "peak": state["peak"], "errors": errors, "rss_kb": tree_rss_kb(os.getpid())}
+            "peak": state["peak"], "errors": errors, "rss_kb": tree_rss_kb(os.getpid()), "cpu_s": cpu}
 
 
 # ---------------------------------------------------------------------------------------
