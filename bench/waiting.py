@@ -831,7 +831,7 @@ def table(notes: dict[str, Any]) -> list[str]:
     figs = [Figures(**{k: v for k, v in r.items() if k not in ("runs_per_s", "rss_per_run_mb")}) for r in rows]
     out = ["", "**Agents that wait** (N inboxes x 1 event, plain `send_task(\"wakeful.ingest\")`, the agent waits L)", "",
            "| form | L | pool x concurrency | done / N | runs/s | peak in flight (leases) | p50 | p99 | "
-           "worker RSS peak | RSS / run in flight | DB conns | error lines | vs Celery | vs asyncio |",
+           "worker RSS peak | RSS / run in flight | worker DB conns | error lines | vs Celery | vs asyncio |",
            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     by = {(f.form, f.wait): f for f in figs}
     for f in figs:
