@@ -865,6 +865,7 @@ def targets(figs: list[Figures]) -> list[tuple[str, bool | None, str]]:
     """Issue 22's targets, for each wakeful form on the dense worker (not ``before``)."""
     out: list[tuple[str, bool | None, str]] = []
     by = {(f.form, f.wait): f for f in figs}
+    longest = max((f.wait for f in figs), default=0.0)
     for f in figs:
         if f.form not in ("sleep", "claude", "claude+proxy"):
             continue
@@ -879,10 +880,13 @@ def targets(figs: list[Figures]) -> list[tuple[str, bool | None, str]]:
                         _f(f.runs_per_s)))
             r = _ratio(f, peer)
             out.append((f"{tag}: >= 0.5x the Celery peer", None if r is None else r >= 0.5, _f(r, "x")))
-        if f.n >= 1000:
+        if f.wait == longest and f.n >= 1000:  # the longest wait is where 1,000 can be in flight
             out.append((f"{tag}: >= 1,000 runs in flight", f.in_flight >= 1000, str(f.in_flight)))
-            out.append((f"{tag}: <= 20 DB connections (for {f.in_flight} in flight)",
+            out.append((f"{tag}: <= 20 worker DB connections (for {f.in_flight} in flight)",
                         None if f.connections is None else f.connections <= 20, str(f.connections)))
+    if not any(f.n >= 1000 for f in figs):
+        out.append((">= 1,000 runs in flight, <= 20 DB connections for them", None,
+                    f"not measured: N = {max((f.n for f in figs), default=0)} (use the full run)"))
     return out
 
 
