@@ -42,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bench import env
+
+    with env.bench_redis_db():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bench import env
     from bench.context import Context, Progress, Results, Sizes
     from bench.waiting import AgentSizes
 

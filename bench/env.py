@@ -24,6 +24,8 @@ import redis
 PG_HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("BENCH_PG_PORT", "5432"))
 PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
+# Where the bench's broker lives: BENCH_REDIS_URL, else a db number reserved for the run
+# (bench_redis_db); 9 is only the host, port and fallback for modules run on their own.
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -106,6 +108,33 @@ def reserved_redis_db(wait_s: float = 120) -> Iterator[str]:
                 return
         time.sleep(0.5)
     raise RuntimeError("no free Redis database number (1-15) to reserve")
+
+
+@contextmanager
+def bench_redis_db() -> Iterator[str]:
+    """The Redis database of a whole bench run: ``BENCH_REDIS_URL`` when it is set (the
+    caller's choice, flushed as asked), else a number reserved like the tests' (renewed while
+    the run lasts), so the bench never flushes a database a test suite is using."""
+    global REDIS_URL
+    if os.environ.get("BENCH_REDIS_URL"):
+        yield REDIS_URL
+        return
+    import threading
+
+    with reserved_redis_db() as url:
+        before, REDIS_URL = REDIS_URL, url
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(300):
+                extend_redis_reservation(url)
+
+        threading.Thread(target=renew, daemon=True).start()
+        try:
+            yield url
+        finally:
+            done.set()
+            REDIS_URL = before
 
 
 def extend_redis_reservation(url: str) -> None:
