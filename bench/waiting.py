@@ -587,15 +587,19 @@ def mint_grants(rig: Rig, wait: float, n: int) -> list[str]:
     route, as the runtime mints them (the proxy checks each call's grant in the store)."""
     from store import Store
 
-    store = Store.connect(rig.database_url, pool_size=2)
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = Store.connect(rig.database_url, pool_size=4)
+    prefix = _prefix("grant", wait)
+
+    def mint(i: int) -> str:
+        start = store.start_run(f"{prefix}{i}", "bench-limit")
+        return store.mint_grant(f"{prefix}{i}", "bench-limit", start.generation, ["anthropic"], 900)
+
     try:
-        prefix = _prefix("grant", wait)
         store.ingest_many([(f"{prefix}{i}", "chat", "1", {"text": "hello"}) for i in range(n)])
-        grants = []
-        for i in range(n):
-            start = store.start_run(f"{prefix}{i}", "bench-limit")
-            grants.append(store.mint_grant(f"{prefix}{i}", "bench-limit", start.generation, ["anthropic"], 900))
-        return grants
+        with ThreadPoolExecutor(4) as pool:  # not timed: only the calls are
+            return list(pool.map(mint, range(n)))
     finally:
         store.dispose()
 
