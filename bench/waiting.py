@@ -447,6 +447,11 @@ class Figures:
         return self.rss_mb / self.in_flight if self.rss_mb and self.in_flight else None
 
 
+def _ideal(wait: float, n: int, concurrency: int) -> float:
+    """The least a burst of n waits of L can take on `concurrency` slots."""
+    return -(-n // concurrency) * wait
+
+
 def _prefix(form: str, wait: float) -> str:
     return f"{form}-{wait:g}s-"
 
@@ -477,8 +482,7 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
             sent[inbox] = time.time()
             rig.sender.send_task("wakeful.ingest", kwargs={"inbox": inbox, "source": "chat", "source_id": "1",
                                                            "payload": {"text": "hello", "wait": wait}})
-        deadline = time.time() + wait + rig.ctx.agent_sizes.settle + (n / rig.concurrency if rig.pool != "prefork"
-                                                                      else n * wait / worker.concurrency)
+        deadline = time.time() + _ideal(wait, n, worker.concurrency) + rig.ctx.agent_sizes.settle
         while len(seen) < n and time.time() < deadline:
             rows = conn.execute("SELECT id, inbox, body FROM outbox WHERE id > %s ORDER BY id", (last,)).fetchall()
             now = time.time()
@@ -533,8 +537,7 @@ def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
     first = time.time()
     for _ in range(n):
         rig.sender.send_task("bench.wait", args=(wait, time.time()), queue=peer.QUEUE)
-    deadline = time.time() + wait + rig.ctx.agent_sizes.settle + (n / worker.concurrency if worker.pool != "prefork"
-                                                                  else n * wait / worker.concurrency)
+    deadline = time.time() + _ideal(wait, n, worker.concurrency) + rig.ctx.agent_sizes.settle
     while r.llen(peer.SPANS_KEY) < n and time.time() < deadline:
         time.sleep(0.05)
     sampler.stop()
