@@ -735,21 +735,29 @@ def _run_forms(ctx: Any, rig: Rig, sizes: AgentSizes, forms: tuple[str, ...], re
         rig.stop("claude")
     if "proxy" in forms:
         rig.config = write_config(rig.home / "agent-proxy.toml", rig.model_url, proxied=True)
-        rig.start_proxy()
         proxy_env = {"WAKEFUL_AGENT": "claude", "WAKEFUL_AGENT_CONFIG": str(rig.config),
                      "WAKEFUL_PROXY_URL": rig.proxy_url, "ANTHROPIC_API_KEY": "",
                      "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/unused"}
+        # The proxy is started afresh for each form: measured on 1 December, after a burst of
+        # 1,200 calls it answered every later request 504 (see docs/performance.md), and one
+        # form's overload must not decide the next one's figure.
         for wait in sizes.waits:
             rig.start_model(wait)
+            rig.start_proxy()
             grants = mint_grants(rig, wait, sizes.inboxes[wait])
             done(limit_form(rig, wait, sizes.inboxes[wait], grants))
+            rig.stop("proxy")
         start = lambda: rig.worker("claude-proxy", "tasks", run_queues, rig.pool, rig.concurrency, **proxy_env)  # noqa: E731
+        rig.start_proxy()
         start()
         for wait in sizes.waits:
             rig.start_model(wait)
+            if "proxy" not in rig.procs:
+                rig.start_proxy()
             fresh_after_cut(f := wakeful_form(rig, "claude+proxy", "claude-proxy", wait, sizes.inboxes[wait],
                                               model=True, watch_proxy=True), "claude-proxy", start)
             done(f)
+            rig.stop("proxy")
         rig.stop("claude-proxy")
         rig.stop("proxy")
     if "before" in forms:
