@@ -18,6 +18,14 @@ make the next requests fail with a status and a Retry-After (``fail_next``), hol
 released (``hold_next``), stop listening so connections are refused and listen again on the
 same port (``refuse_connections`` / ``accept_connections``: an outage), and read every
 request the SDK sent (``requests``).
+
+For the bench (bench/waiting.py) it answers each request ``delay`` seconds after it arrived, as
+a real model takes seconds to reply, and counts the requests it holds at once
+(``in_flight``, ``peak_in_flight``; ``GET /_scripted/stats`` from another process). It is a
+``ThreadingHTTPServer``: one thread per connection, sleeping through the delay, and a listen
+backlog of ``BACKLOG`` (socketserver's default of 5 made 1,000 simultaneous connections wait
+on SYN retransmits, 1 s and more each). Measured on a 2-core box: 1,000 concurrent delayed
+requests are held at once (see docs/performance.md, "Agents that wait").
 """
 
 from __future__ import annotations
@@ -25,9 +33,14 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+# Connections the kernel queues before the server accepts them: enough for a bench's 1,000
+# calls arriving at once (the kernel caps it at net.core.somaxconn).
+BACKLOG = 4096
 
 _CALL = re.compile(r"^\s*call\s+([A-Za-z0-9_-]+)\s*(\{.*\})?\s*$")
 
@@ -122,7 +135,13 @@ def _message(request: dict[str, Any], content: list[dict[str, Any]], stop: str) 
 class ScriptedModel:
     """The server: ``with ScriptedModel() as model: ... model.base_url ...``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, delay: float = 0.0,
+                 keep_requests: bool = True) -> None:
+        self.delay = delay  # seconds before each answer (the bench's model "thinking")
+        self.keep_requests = keep_requests  # False: the bench's many calls are not kept
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.answered = 0
         self.requests: list[dict[str, Any]] = []
         self.replies: list[dict[str, Any]] = []  # every successful reply, in the order sent
         self.seen: list[tuple[str, str | None]] = []  # (path, the key header) of every request
@@ -135,7 +154,7 @@ class ScriptedModel:
         self.listening = False
 
     def _listen(self, host: str, port: int) -> ThreadingHTTPServer:
-        server = ThreadingHTTPServer((host, port), self._handler())
+        server = _Server((host, port), self._handler())
         server.daemon_threads = True
         return server
 
@@ -187,9 +206,22 @@ class ScriptedModel:
             self._holds.append(hold)
         return hold
 
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"in_flight": self.in_flight, "peak_in_flight": self.peak_in_flight,
+                    "answered": self.answered, "delay": self.delay}
+
+    def _count(self, step: int) -> None:
+        with self._lock:
+            self.in_flight += step
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            if step < 0:
+                self.answered += 1
+
     def _next_action(self, request: dict[str, Any]) -> tuple[tuple[int, float | None] | None, threading.Event | None]:
         with self._lock:
-            self.requests.append(request)
+            if self.keep_requests:
+                self.requests.append(request)
             if self._failures:
                 return self._failures.pop(0), None
             hold = next((h for h in self._holds if not getattr(h, "taken", False)), None)
@@ -201,7 +233,20 @@ class ScriptedModel:
         model = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the bench's counters, from another process
+                if self.path == "/_scripted/stats":
+                    return self._send(200, model.stats())
+                self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": self.path}})
+
             def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+                arrived = time.monotonic()
+                model._count(+1)
+                try:
+                    self._post(arrived)
+                finally:
+                    model._count(-1)
+
+            def _post(self, arrived: float) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 try:
                     request = json.loads(self.rfile.read(length) or b"{}")
@@ -209,21 +254,25 @@ class ScriptedModel:
                     return self._send(400, {"type": "error", "error": {"type": "invalid_request_error",
                                                                         "message": "not JSON"}})
                 # Any prefix: through the egress proxy the path is /<route>/v1/messages.
-                model.seen.append((self.path, self.headers.get("x-api-key") or self.headers.get("authorization")))
+                if model.keep_requests:
+                    model.seen.append((self.path, self.headers.get("x-api-key") or self.headers.get("authorization")))
                 if not self.path.split("?")[0].endswith("/v1/messages"):
                     return self._send(404, {"type": "error", "error": {"type": "not_found_error",
                                                                         "message": self.path}})
                 failure, hold = model._next_action(request)
                 if hold is not None:
                     hold.wait(600)
+                if model.delay > 0:
+                    time.sleep(max(0.0, arrived + model.delay - time.monotonic()))
                 if failure is not None:
                     status, after = failure
                     kind = "overloaded_error" if status == 529 else "api_error"
                     return self._send(status, {"type": "error", "error": {"type": kind, "message": "scripted failure"}},
                                       {} if after is None else {"retry-after": f"{after:g}"})
                 reply = reply_to(request)
-                with model._lock:
-                    model.replies.append(reply)
+                if model.keep_requests:
+                    with model._lock:
+                        model.replies.append(reply)
                 self._send(200, reply)
 
             def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
@@ -242,10 +291,17 @@ class ScriptedModel:
         return Handler
 
 
-def main() -> None:  # python -m agent.scripted [port]: serve until interrupted
+class _Server(ThreadingHTTPServer):
+    request_queue_size = BACKLOG
+
+
+def main() -> None:  # python -m agent.scripted [port [delay]]: serve until interrupted
     import sys
 
-    model = ScriptedModel(port=int(sys.argv[1]) if len(sys.argv) > 1 else 0).start()
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+    # With a delay (the bench) nothing is kept per request: a long run would grow without end.
+    model = ScriptedModel(port=port, delay=delay, keep_requests=delay == 0).start()
     print(model.base_url, flush=True)
     try:
         threading.Event().wait()

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SECTIONS = ("ingest", "inserts", "drain", "latency", "web", "cost", "scan", "backlog", "pgbouncer")
+SECTIONS = ("agents", "ingest", "inserts", "drain", "latency", "web", "cost", "scan", "backlog", "pgbouncer")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,10 +28,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="after the drain figures, one more drain under py-spy (not counted)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory and logs")
+    parser.add_argument("--agents-pool", default="threads",
+                        help="agents section: the run worker's Celery pool (and the Celery peer's); default threads")
+    parser.add_argument("--agents-concurrency", type=int, default=1200,
+                        help="agents section: the run worker's concurrency (and the peer's); default 1200, so "
+                             ">= 1,000 runs can be in flight at L = 10 s")
+    parser.add_argument("--agents-forms", nargs="+", choices=("sleep", "claude", "proxy", "before"),
+                        help="agents section: only these forms (default all; peers run with the forms they serve)")
+    parser.add_argument("--agents-waits", nargs="+", type=float, metavar="L",
+                        help="agents section: the agent's waits in seconds (default 2 10; --quick 2)")
+    parser.add_argument("--agents-inboxes", type=int, metavar="N",
+                        help="agents section: N inboxes for every wait (default 1,000 at 2 s, 1,200 at 10 s; --quick 400)")
     args = parser.parse_args(argv)
 
     from bench import env
+
+    with env.bench_redis_db():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from bench import env
     from bench.context import Context, Progress, Results, Sizes
+    from bench.waiting import AgentSizes
 
     home = Path(tempfile.mkdtemp(prefix="wakeful-bench-"))
     main_db = "wakeful_bench_main"
@@ -39,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env.base_env(home, WAKEFUL_DATABASE_URL=env.sqlalchemy_url(main_db),
                                    WAKEFUL_AGENT="bench.agents:agent"))
     ctx = Context(sizes=Sizes.quick() if args.quick else Sizes.full(), home=home,
-                  results=Results(), progress=Progress(), main_db=main_db, profile=args.profile)
+                  results=Results(), progress=Progress(), main_db=main_db, profile=args.profile,
+                  agent_sizes=AgentSizes.quick().but(args.agents_waits, args.agents_inboxes) if args.quick
+                  else AgentSizes.full().but(args.agents_waits, args.agents_inboxes),
+                  agents_pool=args.agents_pool, agents_concurrency=args.agents_concurrency,
+                  agents_forms=tuple(args.agents_forms or ()))
     sections = args.only or SECTIONS
     ctx.progress(f"wakeful bench ({'quick' if args.quick else 'full'}): {', '.join(sections)}; work dir {home}")
     workers = []
@@ -76,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 
         for name in sections:
             started = time.monotonic()
-            if name == "ingest":
+            if name == "agents":
+                from bench import waiting
+
+                waiting.run(ctx)
+            elif name == "ingest":
                 throughput.run(ctx)
             elif name == "inserts":
                 inserts.run(ctx)

@@ -82,3 +82,9 @@ class Context:
     wakeful_worker: Any = None
     peer_worker: Any = None
     profile: bool = False
+    # The agents section (bench/waiting.py): its sizes, and the run worker's pool and
+    # concurrency (the Celery peer gets the same), and which of its forms to run.
+    agent_sizes: Any = None
+    agents_pool: str = "threads"
+    agents_concurrency: int = 1200
+    agents_forms: tuple[str, ...] = ()

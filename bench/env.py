@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,8 @@ import redis
 PG_HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("BENCH_PG_PORT", "5432"))
 PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
+# Where the bench's broker lives: BENCH_REDIS_URL, else a db number reserved for the run
+# (bench_redis_db); 9 is only the host, port and fallback for modules run on their own.
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,8 +74,73 @@ def redis_client() -> redis.Redis:
     return redis.Redis.from_url(REDIS_URL)
 
 
+def redis_client_for(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
 def flush_redis() -> None:
     redis_client().flushdb()  # only our db number
+
+
+@contextmanager
+def reserved_redis_db(wait_s: float = 120) -> Iterator[str]:
+    """The URL of a Redis database number (1-15) of the shared server reserved for this block,
+    flushed before and after: the same reservation keys as tests/databases.py
+    (``wakeful-test:db:N`` in db 0), so a bench and a test suite running at once never
+    flush each other's queues."""
+    base = REDIS_URL.rsplit("/", 1)[0]
+    admin = redis.Redis.from_url(base + "/0", socket_timeout=3)
+    token = f"bench-{os.getpid()}-{time.time()}"
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        for number in range(1, 16):
+            key = f"wakeful-test:db:{number}"
+            if admin.set(key, token, nx=True, ex=900):
+                url = f"{base}/{number}"
+                db = redis.Redis.from_url(url)
+                db.flushdb()
+                try:
+                    yield url
+                finally:
+                    db.flushdb()
+                    if admin.get(key) == token.encode():
+                        admin.delete(key)
+                return
+        time.sleep(0.5)
+    raise RuntimeError("no free Redis database number (1-15) to reserve")
+
+
+@contextmanager
+def bench_redis_db() -> Iterator[str]:
+    """The Redis database of a whole bench run: ``BENCH_REDIS_URL`` when it is set (the
+    caller's choice, flushed as asked), else a number reserved like the tests' (renewed while
+    the run lasts), so the bench never flushes a database a test suite is using."""
+    global REDIS_URL
+    if os.environ.get("BENCH_REDIS_URL"):
+        yield REDIS_URL
+        return
+    import threading
+
+    with reserved_redis_db() as url:
+        before, REDIS_URL = REDIS_URL, url
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(300):
+                extend_redis_reservation(url)
+
+        threading.Thread(target=renew, daemon=True).start()
+        try:
+            yield url
+        finally:
+            done.set()
+            REDIS_URL = before
+
+
+def extend_redis_reservation(url: str) -> None:
+    """Keep a reservation past its 15 minutes (a long section calls this now and then)."""
+    base, number = url.rsplit("/", 1)
+    redis.Redis.from_url(base + "/0", socket_timeout=3).expire(f"wakeful-test:db:{number}", 900)
 
 
 def base_env(home: Path, **extra: str) -> dict[str, str]:
@@ -98,6 +167,7 @@ class Worker:
     env: dict[str, str]
     logdir: Path
     concurrency: int = CONCURRENCY
+    pool: str = POOL
     popen: subprocess.Popen | None = None
     log: Path | None = None
     peak_rss_kb: dict[int, int] = field(default_factory=dict)
@@ -112,7 +182,7 @@ class Worker:
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", self.app, "worker", "-l", "WARNING",
-                 "-n", self.nodename, "-Q", ",".join(self.queues), "-P", POOL,
+                 "-n", self.nodename, "-Q", ",".join(self.queues), "-P", self.pool,
                  "-c", str(self.concurrency), "--prefetch-multiplier", str(PREFETCH),
                  "--without-mingle", "--without-gossip", "--without-heartbeat"],
                 env=self.env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
@@ -125,7 +195,7 @@ class Worker:
             if self.popen.poll() is not None:
                 raise RuntimeError(f"worker {self.name} exited: see {self.log}")
             if control.ping(destination=[self.nodename], timeout=0.5):
-                if len(self.children()) >= self.concurrency:
+                if self.pool != "prefork" or len(self.children()) >= self.concurrency:
                     return
             time.sleep(0.1)
         raise RuntimeError(f"worker {self.name} not ready after {timeout}s: see {self.log}")

@@ -32,3 +32,33 @@ def noop() -> None:
 def probe(sent: float) -> None:
     """Send -> task start, the peer's half of the wake-latency figure."""
     record_latency(time.time() - sent)
+
+
+SPANS_KEY = "bench:agents:peer"
+_spans_client = None
+
+
+def _spans():  # type: ignore[no-untyped-def]
+    """One client per process whose pool blocks when all its connections are busy: redis-py
+    8's default pool raises MaxConnectionsError past 100 connections, which 1,000 threads
+    finishing at once reach (seen: 183 of 400 tasks failed with it)."""
+    global _spans_client
+    if _spans_client is None:
+        import os
+
+        import redis
+
+        pool = redis.BlockingConnectionPool.from_url(os.environ["BENCH_REDIS_URL"], max_connections=32, timeout=120)
+        _spans_client = redis.Redis(connection_pool=pool)
+    return _spans_client
+
+
+@app.task(name="bench.wait")
+def wait(seconds: float, sent: float) -> None:
+    """The agents section's Celery peer (bench/waiting.py): a task that waits as an agent
+    waits on its model, then says when it started and ended (the worker's pool and
+    concurrency are the wakeful worker's, so the difference is wakeful's own)."""
+    started = time.time()
+    time.sleep(seconds)
+    ended = time.time()
+    _spans().rpush(SPANS_KEY, f"{sent!r} {started!r} {ended!r}")

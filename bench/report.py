@@ -119,7 +119,10 @@ def _f(v: float | None) -> str:
 def table(results: Results) -> tuple[str, dict[str, Any]]:
     m = {key: results.median(key) for key in results.samples}
     r = ratios(m)
-    lines = ["| figure | key | median | runs |", "|---|---|---:|---|"]
+    from bench.waiting import table as agents_table
+
+    lines = agents_table(results.notes)  # the agents section first: what users will compare
+    lines += ["", "| figure | key | median | runs |", "|---|---|---:|---|"]
     for key, label, unit in ROWS:
         if key not in results.samples:
             continue
