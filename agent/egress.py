@@ -91,7 +91,7 @@ class Egress:
 
 
 _clients: dict[tuple[Any, ...], Any] = {}
-_clients_lock = threading.Lock()
+_clients_lock = threading.RLock()  # sdk_http_client is called with it held
 _http_client: Any = None
 # Connections the process's model client keeps: one per run in flight in a dense worker (its
 # threads), so a burst of calls reuses connections instead of opening new ones. The SDK's
