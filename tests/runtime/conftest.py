@@ -148,7 +148,7 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
         redis_number = request.getfixturevalue("redis_db")
 
     def make(run_workers: int = 1, env: dict[str, str] | None = None, beat: bool = True,
-             broker_url: str | None = None) -> Cluster:
+             broker_url: str | None = None, run_slots: int = 20) -> Cluster:
         home = tmp_path / "home"
         home.mkdir(exist_ok=True)
         if backend == "embedded":
@@ -163,7 +163,7 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
         store.migrate()
         cluster = Cluster(backend, home, full_env, store, broker_url, result_url)
         made.append(cluster)
-        _start(cluster, run_workers, beat)
+        _start(cluster, run_workers, beat, run_slots)
         return cluster
 
     yield make
@@ -176,7 +176,7 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
         cluster.store.dispose()
 
 
-def _start(cluster: Cluster, run_workers: int, beat: bool) -> None:
+def _start(cluster: Cluster, run_workers: int, beat: bool, run_slots: int) -> None:
     import subprocess
 
     from cli.processes import CONTROL_QUEUES, RUN_POOL, RUN_QUEUES, Processes
@@ -189,8 +189,10 @@ def _start(cluster: Cluster, run_workers: int, beat: bool) -> None:
                        check=True, capture_output=True, timeout=60)
     procs = Processes(env=cluster.env, logdir=cluster.home / "logs")
     cluster.procs = procs
-    # The Procfile's dense run worker (fewer threads: a test's inboxes are few).
-    started = [procs.worker(f"runs{i}", RUN_QUEUES, concurrency=20, pool=RUN_POOL) for i in range(run_workers)]
+    # The Procfile's dense run worker (fewer threads: a test's inboxes are few); one slot is
+    # the old prefork shape, for a test that needs a doorbell to wait in the broker.
+    pool = RUN_POOL if run_slots > 1 else "prefork"
+    started = [procs.worker(f"runs{i}", RUN_QUEUES, concurrency=run_slots, pool=pool) for i in range(run_workers)]
     cluster.run_workers = list(started)
     started.append(procs.worker("control", CONTROL_QUEUES, concurrency=2))
     if beat:

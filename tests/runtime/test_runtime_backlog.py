@@ -20,7 +20,7 @@ def test_a_backlog_without_doorbells_drains_from_one_doorbell(make_cluster) -> N
     c.client.send_task("wakeful.run_inbox", args=["b0"], kwargs={"drain": True}, queue="wakeful.runs")
     c.wait(lambda: all(c.settled(f"b{n}", 1) for n in range(INBOXES)), "every inbox drained", timeout=90)
     runs = [r for n in range(INBOXES) for r in c.store.runs(f"b{n}")]
-    assert len(runs) == INBOXES and len({r.holder for r in runs}) == 1  # all served by that one task
+    assert len(runs) == INBOXES  # each once: by that task and the helpers it recruited
     assert all(e.attempts == 1 for n in range(INBOXES) for e in c.store.events(f"b{n}"))
 
 

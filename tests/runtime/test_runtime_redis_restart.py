@@ -67,7 +67,7 @@ def private_redis(tmp_path: Path):
 
 @pytest.mark.parametrize("backend", [pytest.param("redis_pg", marks=[pytest.mark.postgres])])
 def test_queued_doorbells_lost_in_a_redis_restart_cost_nothing(make_cluster, private_redis) -> None:
-    c = make_cluster(broker_url=private_redis.url)
+    c = make_cluster(broker_url=private_redis.url, run_slots=1)  # one slot: a doorbell waits in Redis
     c.ingest("nia", "chat", "n-1", {"text": "before the restart"})
     c.wait(lambda: c.settled("nia", 1), "the first event")
 
