@@ -12,7 +12,8 @@ claim also extends the lease). A draining task's finish that releases also takes
 inbox from the backlog: one commit per drained wake. While the agent runs, the process's
 lease keeper renews the lease (the agent need not call ``run.heartbeat()``, though a long
 step may, to stop early once the lease is lost). The task's own transactions run on one
-pinned connection: one pool checkout (and pre-ping) per task, not one per transaction.
+pinned connection: one pool checkout (and pre-ping) per task, not one per transaction; in a
+dense worker it goes back to the pool while the agent waits (``Store.unpinned``).
 
 One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; its last run finishes without
 claiming more, and the task hands the inbox back (``release(force=True)``) and rings again,
@@ -21,6 +22,7 @@ so one busy inbox cannot keep a worker forever.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
@@ -236,9 +238,12 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
     try:
         name = f"{inbox}@{lease.generation}"
         end = functools.partial(_end_past_deadline, lease, ids, threading.get_ident())
-        # The agent waits (on a model, a tool) without a database connection: the pinned one
-        # goes back to the pool until the finish.
-        with lease.store.unpinned(), keeper.holding(lease, settings.lease_ttl, lease.deadline, name, end) as held:
+        # Where runs share the process, the agent waits (on a model, a tool) without a
+        # database connection: the pinned one goes back to the pool until the finish. A
+        # prefork child runs one run at a time, so it keeps its connection (and saves a
+        # checkout and its pre-ping on every wake).
+        unpinned = lease.store.unpinned() if runtime.shares_process() else contextlib.nullcontext()
+        with unpinned, keeper.holding(lease, settings.lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
                       memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant)
             outcome = isolation.call_agent(agent, run, deadline=lease.deadline) or Outcome()
