@@ -193,13 +193,12 @@ def postpone(conn: Connection, s: Any, inbox: str, tool_use_id: str, attempt: in
                        "being at-most-once it was not tried again: it may or may not have taken effect",
             "is_error": True}, "interrupted", now)
         return "interrupted"
-    values = retries.waiting_values(s, effects, validate.excerpt(reason, 2000) or "try later", retry_after, now)
-    if conn.execute(select(values.pop("past_horizon")).where(mine)).scalar():
+    values, past = retries.waiting_values(s, effects, retry_after, now)
+    if conn.execute(select(past).where(mine)).scalar():
         finish(conn, inbox, tool_use_id, row.tool, {
             "content": f"given up: the tool's upstream stayed down past the outage horizon "
                        f"({s.outage_horizon} s); last: {reason}", "is_error": True}, "done", now)
         return "done"
-    values.pop("error")
     conn.execute(update(effects).where(mine).values(status="ready", updated=now, **values))
     return "ready"
 

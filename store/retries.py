@@ -65,31 +65,27 @@ def outage_delay(s: StoreSettings, since: Any, now: int, retry_after: int,
     return case((jittered < floor, floor), else_=jittered)
 
 
-def waiting_values(s: StoreSettings, table: Any, error: str, retry_after: int, now: int) -> dict[str, Any]:
-    """Column values for rows of ``table`` (events or effects: both have ``not_before`` and
-    ``outage_since``) whose run said "try later": pending (the caller sets the status) after
-    ``outage_delay``, or, past the horizon, ``past_horizon`` is true and the error says
-    ``outage``. Returns the values and the horizon test (a SQL expression over the row)."""
+def waiting_values(s: StoreSettings, table: Any, retry_after: int, now: int) -> tuple[dict[str, Any], Any]:
+    """For rows of ``table`` (events or effects: both have ``not_before`` and ``outage_since``)
+    whose run said "try later": (the column values that make them wait ``outage_delay``, the
+    outage starting now if none was on; the horizon test, a SQL expression over the row, true
+    once the outage has lasted ``outage_horizon``: then the caller gives up instead)."""
     since = func.coalesce(table.c.outage_since, now)
     past = since + s.outage_horizon <= now
-    return {
-        "not_before": case((past, table.c.not_before), else_=now + outage_delay(s, table.c.outage_since, now, retry_after)),
-        "outage_since": since,
-        "past_horizon": past,
-        "error": case((past, literal(f"{OUTAGE_REASON}: still failing after the outage horizon "
-                                     f"({s.outage_horizon} s); last: ") + error), else_=error),
-    }
+    delay = outage_delay(s, table.c.outage_since, now, retry_after)
+    return {"not_before": case((past, table.c.not_before), else_=now + delay), "outage_since": since}, past
 
 
 def waited_values(s: StoreSettings, error: str, retry_after: int, now: int) -> dict[str, Any]:
     """Column values for a "try later" run's events: the attempt given back, pending after
     ``outage_delay``, or dead with the reason ``outage`` past the horizon."""
-    values = waiting_values(s, events, error, retry_after, now)
-    past = values.pop("past_horizon")
+    values, past = waiting_values(s, events, retry_after, now)
     return {
         **values,
         "status": case((past, "dead"), else_="pending"),
         "finished": case((past, now), else_=None),
         "attempts": case((events.c.attempts > 0, events.c.attempts - 1), else_=0),
         "waits": events.c.waits + 1,
+        "error": case((past, literal(f"{OUTAGE_REASON}: still failing after the outage horizon "
+                                     f"({s.outage_horizon} s); last: ") + error), else_=error),
     }
