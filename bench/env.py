@@ -28,6 +28,8 @@ PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
 # (bench_redis_db); 9 is only the host, port and fallback for modules run on their own.
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from databases import RESERVATION_KEY, redis_reservation  # noqa: E402  (tests/databases.py: one rule)
 
 # The same worker shape for wakeful and for every Celery peer (issue 5): prefork x2,
 # prefetch 1, late acks (the latter two come from tasks.celeryconfig for both apps).
@@ -84,30 +86,12 @@ def flush_redis() -> None:
 
 @contextmanager
 def reserved_redis_db(wait_s: float = 120) -> Iterator[str]:
-    """The URL of a Redis database number (1-15) of the shared server reserved for this block,
-    flushed before and after: the same reservation keys as tests/databases.py
-    (``wakeful-test:db:N`` in db 0), so a bench and a test suite running at once never
-    flush each other's queues."""
+    """The URL of a Redis database number reserved for this block, as the tests reserve
+    theirs (tests/databases.py ``redis_reservation``), so a bench and a test suite running at
+    once never flush each other's queues."""
     base = REDIS_URL.rsplit("/", 1)[0]
-    admin = redis.Redis.from_url(base + "/0", socket_timeout=3)
-    token = f"bench-{os.getpid()}-{time.time()}"
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        for number in range(1, 16):
-            key = f"wakeful-test:db:{number}"
-            if admin.set(key, token, nx=True, ex=900):
-                url = f"{base}/{number}"
-                db = redis.Redis.from_url(url)
-                db.flushdb()
-                try:
-                    yield url
-                finally:
-                    db.flushdb()
-                    if admin.get(key) == token.encode():
-                        admin.delete(key)
-                return
-        time.sleep(0.5)
-    raise RuntimeError("no free Redis database number (1-15) to reserve")
+    with redis_reservation(base, wait_s) as number:
+        yield f"{base}/{number}"
 
 
 @contextmanager
@@ -140,7 +124,7 @@ def bench_redis_db() -> Iterator[str]:
 def extend_redis_reservation(url: str) -> None:
     """Keep a reservation past its 15 minutes (a long section calls this now and then)."""
     base, number = url.rsplit("/", 1)
-    redis.Redis.from_url(base + "/0", socket_timeout=3).expire(f"wakeful-test:db:{number}", 900)
+    redis.Redis.from_url(base + "/0", socket_timeout=3).expire(RESERVATION_KEY.format(number), 900)
 
 
 def base_env(home: Path, **extra: str) -> dict[str, str]:

@@ -62,30 +62,51 @@ REDIS_HOST = os.environ.get("WAKEFUL_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("WAKEFUL_TEST_REDIS_PORT", "6379"))
 
 
+# The reservation of database number N: a key in db 0 holding its owner's token.
+RESERVATION_KEY = "wakeful-test:db:{}"
+
+
 @contextmanager
-def reserved_redis_db(wait_s: float = 300) -> Iterator[int]:
-    """A Redis database number (1-15) of the shared server for one test, flushed before and
-    after. Reservations are keys in db 0, so parallel test processes never share a number."""
+def redis_reservation(base_url: str, wait_s: float) -> Iterator[int]:
+    """A database number (1-15) of the Redis server at ``base_url`` (no db number), flushed
+    before and after, for as long as the block runs. Reservations are keys in db 0 (15
+    minutes, ``RESERVATION_KEY``), so test processes and benches sharing the server never
+    flush each other's queues. RuntimeError when none frees up within ``wait_s``."""
     import redis
 
-    admin = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=0, socket_timeout=3)
-    try:
-        admin.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        service_missing("Redis", exc)
+    admin = redis.Redis.from_url(base_url + "/0", socket_timeout=3)
     token = uuid.uuid4().hex
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         for number in range(1, 16):
-            if admin.set(f"wakeful-test:db:{number}", token, nx=True, ex=900):
-                db = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=number)
+            key = RESERVATION_KEY.format(number)
+            if admin.set(key, token, nx=True, ex=900):
+                db = redis.Redis.from_url(f"{base_url}/{number}")
                 db.flushdb()
                 try:
                     yield number
                 finally:
                     db.flushdb()
-                    if admin.get(f"wakeful-test:db:{number}") == token.encode():
-                        admin.delete(f"wakeful-test:db:{number}")
+                    if admin.get(key) == token.encode():
+                        admin.delete(key)
                 return
         time.sleep(0.5)
-    pytest.fail("no free Redis database number for this test")
+    raise RuntimeError("no free Redis database number (1-15) to reserve")
+
+
+@contextmanager
+def reserved_redis_db(wait_s: float = 300) -> Iterator[int]:
+    """A Redis database number (1-15) of the shared server for one test (``redis_reservation``)."""
+    import redis
+
+    try:
+        redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=0, socket_timeout=3).ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        service_missing("Redis", exc)
+    try:
+        with redis_reservation(f"redis://{REDIS_HOST}:{REDIS_PORT}", wait_s) as number:
+            yield number
+    except RuntimeError as exc:
+        if "no free Redis database" not in str(exc):
+            raise
+        pytest.fail("no free Redis database number for this test")

@@ -30,9 +30,12 @@ from sqlalchemy import select
 
 from agent.scripted import ScriptedModel
 from agent_support import BASE_TOOLS, agent_env, calls
-from cli.processes import Processes, free_port, wait_for
+from cli.processes import Processes, free_port
 from store.effects import Effects
 from store.tables import events
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))
+from proxy_support import wait_healthy  # noqa: E402  (tests/proxy)
 
 WAKEFUL = str(Path(sys.executable).parent / "wakeful")
 # Quick outage backoff (1, then up to 2 s), and the SDK's own retries off, so every refused
@@ -184,12 +187,12 @@ def test_through_the_proxy_restarted_then_its_upstream_down_the_event_waits_and_
             cluster.wait(lambda: _waits(cluster, "ada", "1") >= 3, "the event to wait for the proxy", timeout=120)
             model.refuse_connections()  # the proxy comes back, its upstream is down: 502
             proxy = procs.start("proxy", [WAKEFUL, "proxy"], extra_env={"OUTAGE_TEST_KEY": "k-outage"})
-            wait_for(lambda: _healthy(proxy_url), 60, "the proxy's /healthz")
+            wait_healthy(proxy_url, proxy)
             cluster.wait(lambda: any(a.status == 502 for a in cluster.store.audit("ada")), "a 502 from the proxy",
                          timeout=120)
             procs.stop(proxy)  # restarted
             proxy = procs.start("proxy-again", [WAKEFUL, "proxy"], extra_env={"OUTAGE_TEST_KEY": "k-outage"})
-            wait_for(lambda: _healthy(proxy_url), 60, "the proxy's /healthz again")
+            wait_healthy(proxy_url, proxy)
             model.accept_connections()
             cluster.wait(lambda: _replies(cluster, "ada", "Noted: while the proxy is away"), "the answer", timeout=120)
         finally:
@@ -199,11 +202,3 @@ def test_through_the_proxy_restarted_then_its_upstream_down_the_event_waits_and_
         assert len(_replies(cluster, "ada", "Noted: while the proxy is away")) == 1
         assert cluster.store.dead() == []
 
-
-def _healthy(url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(url + "/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
