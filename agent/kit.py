@@ -42,7 +42,7 @@ from store import Effect, Event, Message, Outcome
 from store.effects import defang, idempotency_key
 
 from agent import Run, policy, tools
-from agent.config import AgentConfig, Tool, current
+from agent.config import RUN_GRANT_TTL, AgentConfig, Tool, current
 from agent.conversation import Conversation
 from agent.effects import refuse_unrunnable
 
@@ -50,7 +50,6 @@ __all__ = ["ToolResult", "ToolUse", "Toolkit"]
 
 log = logging.getLogger("wakeful.agent.kit")
 MEMORY_KEY = "toolkit"
-RUN_GRANT_TTL = 900  # an inline read's egress grant: the lease ends it at a takeover, this otherwise
 
 
 @dataclass(frozen=True)
