@@ -73,3 +73,35 @@ def test_an_effect_no_configured_tool_runs_fails_the_run_and_stores_nothing(
                                               "of 'launch'") for r in runs), runs[0].error
     assert Effects(cluster.store).view("moon") == []
     assert cluster.store.outbox("moon") == [] and "tried" not in cluster.store.memory("moon")
+
+
+def test_a_kit_loops_http_tools_go_through_the_proxy_under_its_grants(make_cluster: Any, tmp_path: Path,
+                                                                       tool_log: Path) -> None:
+    """The custom loop with the claude agent's proxy setup (tests/agent/test_agent_through_proxy.py):
+    workers without the shop's token, an HTTP read inline under the run's grant, an HTTP write
+    asked, approved and received by the shop exactly once under its effect's grant."""
+    import secrets
+
+    from test_agent_through_proxy import proxied
+
+    def custom_loop_cluster(**kwargs: Any) -> Any:
+        kwargs["env"] = {**kwargs["env"], "WAKEFUL_AGENT": "examples.custom_loop:agent"}
+        return make_cluster(**kwargs)
+
+    token = "shop-canary-" + secrets.token_hex(12)
+    with proxied(custom_loop_cluster, tmp_path, tool_log, "sk-ant-" + secrets.token_hex(12), token) as setup:
+        c, shop = setup.cluster, setup.shop
+        c.ingest("ada", "chat", "1", {"text": 'call lookup_order {"order": 7}'})
+        _said(c, "ada", "lookup_order: <untrusted tool=\"lookup_order\"")
+        c.ingest("ada", "chat", "2", {"text": 'call refund {"order": 7}'})
+        [asked] = c.wait(lambda: Effects(c.store).view("ada"), "the refund asked")
+        assert asked.status == "asked" and not [p for p in shop.paths() if p.startswith("/shop/refunds")]
+        assert c.store.answer_approval("ada", asked.tool_use_id, "yes") == "yes"
+        _said(c, "ada", "refund: <untrusted")  # the loop read the shop's answer back
+        c.ingest("ada", "chat", "3", {"text": "thanks"})
+        c.wait(lambda: c.settled("ada", 5), "every event settled")
+    refunds = [r for r in shop.requests if r.path.startswith("/shop/refunds")]
+    assert len(refunds) == 1 and refunds[0].headers.get("authorization") == f"Bearer {token}"
+    assert [p for p in shop.paths() if p.startswith("/shop/orders")] == ["/shop/orders/"]
+    assert {a.route for a in c.store.audit("ada")} == {"shop"}  # the loop never called a model
+    assert token not in c.logs(tail=10**7) and "CANARY_" not in c.env
