@@ -151,7 +151,7 @@ def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
     """Read and check the file (``WAKEFUL_AGENT_CONFIG`` by default)."""
     path = str(path or os.environ.get(ENV) or "")
     if not path:
-        raise ConfigError(f"{ENV} is not set: the claude agent needs a TOML config (see docs/agent.md)")
+        raise ConfigError(f"{ENV} is not set: the claude agent and the tool kit read a TOML config (see docs/agent.md)")
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
