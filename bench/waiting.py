@@ -497,6 +497,8 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
                         except (ValueError, KeyError, TypeError):
                             pass
             time.sleep(0.05)
+        if len(seen) < n:
+            fig.extra["unseen"] = _unseen(conn, [i for i in sent if i not in seen])
     sampler.stop()
     fig.cut = len(seen) < n
     fig.done = len(seen)
@@ -521,6 +523,18 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
         fig.extra["proxy_db_connections"] = sampler.connections["proxy"]
     fig.errors = rig.error_lines(offsets)
     return fig
+
+
+def _unseen(conn: Any, inboxes: list[str]) -> dict[str, int]:
+    """Where the inboxes whose reply never came stand, for a cut form: their events' status
+    and whether the inbox is leased (live, lapsed or never)."""
+    rows = conn.execute(
+        "SELECT e.status || ' attempts=' || e.attempts || CASE WHEN e.not_before > extract(epoch FROM now()) "
+        "THEN ' backing off' ELSE '' END || CASE WHEN i.inbox IS NULL THEN ', no inbox row' "
+        "WHEN i.lease_until >= extract(epoch FROM now()) THEN ', leased' ELSE ', not leased' END, count(*) "
+        "FROM events e LEFT JOIN inboxes i ON i.inbox = e.inbox WHERE e.inbox = ANY(%s) GROUP BY 1",
+        (inboxes,)).fetchall()
+    return {state: count for state, count in rows}
 
 
 def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
