@@ -484,11 +484,14 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
                                                            "payload": {"text": "hello", "wait": wait}})
         deadline = time.time() + _ideal(wait, n, worker.concurrency) + rig.ctx.agent_sizes.settle
         while len(seen) < n and time.time() < deadline:
-            rows = conn.execute("SELECT id, inbox, body FROM outbox WHERE id > %s ORDER BY id", (last,)).fetchall()
+            # By inbox, not "id > the last seen": finishes commit out of id order, and a row
+            # committed after a higher id was read would never be seen.
+            unseen = [i for i in sent if i not in seen]
+            rows = conn.execute("SELECT id, inbox, body FROM outbox WHERE id > %s AND inbox = ANY(%s)",
+                                (last, unseen)).fetchall()
             now = time.time()
-            for row_id, inbox, body in rows:
-                last = max(last, row_id)
-                if inbox in sent and inbox not in seen:
+            for _row_id, inbox, body in rows:
+                if inbox not in seen:
                     seen[inbox] = now
                     if not model:
                         try:
