@@ -33,7 +33,7 @@ import jsonschema
 from store.tables import HOOK_KINDS
 from store.validate import RUNTIME_SOURCES
 
-from agent import import_callable
+from agent import import_callable, importable_from
 from agent.sources import ToolSource, parser_for, table_of
 
 ENV = "WAKEFUL_AGENT_CONFIG"
@@ -158,6 +158,7 @@ def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
         raise ConfigError(f"{path}: cannot read the agent config ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    importable_from(Path(path).parent, os.getcwd())  # call = "mytools:fn" next to the config
     return parse(raw, path)
 
 
