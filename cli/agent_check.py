@@ -9,8 +9,6 @@ def check() -> None:
     """Check the settings and the agent, and the tool config (WAKEFUL_AGENT_CONFIG: every
     tool's policy, call and input schema) when the agent is claude or the file is named.
     Exit 2 on a bad setting, 1 on a bad agent or config, with the reason on one line."""
-    import os
-
     try:  # the settings are read as the module loads (tasks/settings.py)
         from tasks.settings import Settings
 
@@ -19,15 +17,16 @@ def check() -> None:
         typer.echo(f"wakeful check: {exc}", err=True)
         raise typer.Exit(2) from None
     from agent import BUILTIN, load_agent
-    from agent.config import ConfigError, load
+    from agent.config import ConfigError, for_worker
 
     try:
         claude = BUILTIN.get(settings.agent, settings.agent) == BUILTIN["claude"]
         if not claude:
             load_agent(settings.agent)
             typer.echo(f"agent: {settings.agent}")
-        if claude or os.environ.get("WAKEFUL_AGENT_CONFIG"):
-            _show(load(), claude)
+        cfg = for_worker(settings.agent)  # what a worker loads at its start, checked alike
+        if cfg is not None:
+            _show(cfg, claude)
     except (ConfigError, ImportError, AttributeError, TypeError, ValueError) as exc:
         typer.echo(f"wakeful check: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -41,7 +40,7 @@ def _show(cfg: object, claude: bool) -> None:
     typer.echo(f"agent: claude, model {cfg.model}, config {cfg.path}" if claude else f"tools: config {cfg.path}")
     typer.echo(f"  trusted sources: {', '.join(cfg.trusted_sources) or 'none (every event is data)'}")
     for tool in cfg.tools.values():
-        runs = tool.call or f"route {tool.route} {tool.method} {tool.path}"
+        runs = tool.call or (f"route {tool.route} {tool.method} {tool.path}" if tool.route else f"source {tool.source}")
         typer.echo(f"  tool {tool.name}: {tool.policy}, {tool.effect}"
                    f"{', ' + tool.delivery if tool.effect == 'write' else ''}"
                    f"{f', approval_ttl {tool.approval_ttl}s' if tool.policy == 'ask' else ''}"
