@@ -29,7 +29,8 @@ import jsonschema
 from store.tables import HOOK_KINDS
 from store.validate import RUNTIME_SOURCES
 
-from agent import import_callable
+from agent import budgets, import_callable
+from store.spend import Budget
 
 ENV = "WAKEFUL_AGENT_CONFIG"
 POLICIES = ("allow", "deny", "ask")
@@ -100,6 +101,8 @@ class AgentConfig:
     # The names of the [routes.*] tables (the egress proxy's; their contents are not read
     # here): with "anthropic" among them the model is reached through the proxy.
     routes: tuple[str, ...] = ()
+    # [budget]: daily ceilings and prices (agent/budgets.py, store/spend.py).
+    budget: Budget = field(default_factory=budgets.default)
 
     def run_routes(self) -> list[str]:
         """What a run's own grant covers: the model's route and the routes of the tools that
@@ -130,7 +133,7 @@ def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
 
 
 def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
-    unknown = set(raw) - {"agent", "tools", "routes"}
+    unknown = set(raw) - {"agent", "tools", "routes", "budget"}
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}")
     agent = raw.get("agent")
@@ -167,6 +170,10 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
         unknown_routes = set(tool.grant_routes) - set(values["routes"])
         if unknown_routes:
             raise ConfigError(f"{path}: [tools.{tool.name}]: no [routes.{sorted(unknown_routes)[0]}] table for it")
+    try:
+        values["budget"] = budgets.parse(path, raw.get("budget"), values["model"])
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return AgentConfig(**values)
 
 
