@@ -254,7 +254,7 @@ def metrics(conn: Connection, now: int) -> dict[str, Any]:
 
 def purge(conn: Connection, cutoff: int) -> int:
     """Days that ended before ``cutoff`` (retention)."""
-    return conn.execute(delete(spend).where(spend.c.day < day_of(cutoff) - DAY)).rowcount
+    return conn.execute(delete(spend).where(spend.c.day <= cutoff - DAY)).rowcount
 
 
 def _row(r: Any) -> SpendRow:

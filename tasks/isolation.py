@@ -32,11 +32,11 @@ What crosses the boundary is data only: the agent itself (pickled by reference, 
 ``module:callable`` is imported), the Run's inbox, events, generation and memory, and back
 the Outcome or the exception (itself when it pickles, ``TryLater`` and ``LeaseLost``
 included, so the runtime treats it as if raised in its thread; else a RuntimeError naming
-its type and message). ``run.heartbeat()``, ``run.grant()`` and the budget hooks (``check_budget``,
-``count_spend``) in the child are requests over
-the same pipe, served by the waiting thread with the Run's own callables: the lease stays the
-parent's (renewed by its lease keeper meanwhile, fenced by its holder and generation), and
-the child opens no database connection. The child's traceback rides along as a note.
+its type and message). ``run.heartbeat()``, ``run.grant()`` and the budget hooks
+(``check_budget``, ``count_spend``) in the child are requests over the same pipe, served by
+the waiting thread with the Run's own callables: the lease stays the parent's (renewed by
+its lease keeper meanwhile, fenced by its holder and generation), and the child opens no
+database connection. The child's traceback rides along as a note.
 
 The waiting thread kills the child when the run's deadline passes (``deadline``, a
 ``time.monotonic()``; without one, ``WAKEFUL_RUN_TIME_LIMIT`` from the call) and raises
