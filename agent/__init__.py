@@ -82,6 +82,8 @@ class Run:
         inbox or of the agent has reached a ceiling of ``budget`` (the call must not be
         made), LeaseLost when the lease is gone. The first refusal of the day tells the
         inbox's user, once; each refusal is an incident the operator sees."""
+        if not budget.limited():
+            return  # no ceiling: nothing to ask the store (the call is still counted)
         verdict = self._check_budget(budget)
         if verdict is None or verdict.allowed:
             return

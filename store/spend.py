@@ -14,6 +14,10 @@ incident) and, the first time in the day, writes one message to the inbox's outb
 user is told once a day, whatever the number of runs refused). The refusal's writes are
 fenced like a finish: a worker that lost its lease writes nothing and learns it.
 
+Every count of an agent's inboxes updates that agent's row for the day: on PostgreSQL those
+short transactions queue on its row lock (one per model call, and a call takes seconds), the
+price of a ceiling that covers every inbox at once.
+
 A day is the UTC day on the database's clock (``now`` in tests); the next day's first
 second starts from zero again. Money is counted only for a model with a price (per million
 tokens, in whatever currency the price table uses), in billionths of that currency.

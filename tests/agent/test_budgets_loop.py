@@ -5,6 +5,7 @@ day is a number, not a wait). tests/agent/test_budgets_processes.py runs it with
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,33 @@ def test_a_budget_table_and_its_defaults() -> None:
     assert budget.prices["other"].cache_read == 0.05 and budget.limited()
     assert parse({"agent": {"model": "m"}}).budget == Budget(agent="claude")  # counted, never refused
     assert not parse({"agent": {"model": "m"}}).budget.limited()
+
+
+def test_wakeful_status_shows_todays_spend_against_the_ceilings(store: Store, db_url: str) -> None:
+    """``wakeful status INBOX`` (the real command, on the database clock's today)."""
+    from typer.testing import CliRunner
+
+    from cli.main import cli
+    from store.spend import Price, Usage
+
+    budget = Budget(agent="errands", inbox_tokens=1000, inbox_money=0.5, agent_tokens=10_000,
+                    prices={"m": Price(input=3.0, output=15.0)})
+    store.count_spend("ada", budget, Usage("m", input_tokens=1200, output_tokens=34))
+    store.count_spend("bob", budget, Usage("m", input_tokens=10))
+    gen = store.acquire("ada", "w")
+    assert not store.check_budget("ada", "w", gen, budget).allowed
+
+    def wakeful(*args: str) -> str:
+        result = CliRunner().invoke(cli, list(args), env={"WAKEFUL_DATABASE_URL": db_url}, catch_exceptions=False)
+        assert result.exit_code == 0, result.stdout
+        return result.stdout
+
+    out = wakeful("status", "ada")
+    assert "this inbox: 1,234 tokens of 1,000 in 1 call(s) today (UTC); 0.0041 of 0.5000" in out
+    assert "budget reached: 1 call(s) not made since" in out and "the user was told at" in out
+    assert "agent errands: 1,244 tokens of 10,000 in 2 call(s) today (UTC)" in out
+    data = json.loads(wakeful("status", "ada", "--json"))
+    assert [(r["scope"], r["input_tokens"] + r["output_tokens"], r["refused"]) for r in data["spend_today"]] == [
+        ("inbox", 1234, 1), ("agent", 1244, 0)]
+    assert "spend today (UTC): agent errands: 1,244 tokens in 2 call(s)" in wakeful("status")
+    assert "budgets reached today: 1 inbox(es), 0 agent(s)" in wakeful("status")

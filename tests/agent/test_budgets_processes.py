@@ -80,7 +80,9 @@ def test_a_fenced_runs_model_call_is_counted(make_cluster: Any, write_config: An
                                             tool_log: Path) -> None:
     """The worker is stopped inside its model call past its lease; another takes the inbox
     over and answers; the first wakes, gets its reply, and its finish is refused. Its call
-    was paid for: the spend counts both calls, where the committed totals count one."""
+    was paid for: the spend counts both calls, where the committed totals count one. (The
+    second worker runs the retried event apart, in a process of its own: its check and count
+    cross that process's pipe.)"""
     cluster = _start(make_cluster, write_config, model, tool_log, "agent_tokens_per_day = 1000000\n")
     [first] = cluster.run_workers
     hold = model.hold_next()
