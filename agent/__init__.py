@@ -14,6 +14,11 @@ call ``run.heartbeat()``: it renews at once and raises :class:`LeaseLost` once a
 has taken the inbox over (this process stalled), so the run stops early instead of doing work
 whose finish would be refused anyway.
 
+Daily budgets (store/spend.py, docs/agent.md "Budgets"): an agent that calls a model asks
+``run.check_budget(budget)`` before each call (``BudgetReached``: the call must not be made)
+and tells ``run.count_spend(budget, usage)`` right after it; the runtime wires both to the
+store, so a custom loop gets the same ceilings as the built-in agent.
+
 Choose the agent with ``WAKEFUL_AGENT=module:callable``, or ``WAKEFUL_AGENT=claude`` for the
 built-in Claude agent (agent/claude.py, configured by ``WAKEFUL_AGENT_CONFIG``).
 """
@@ -75,7 +80,6 @@ class Run:
         if token is None:
             raise LeaseLost(f"lease on inbox {self.inbox!r} (generation {self.generation}) lost")
         return token
-
 
     def check_budget(self, budget: Budget) -> None:
         """Call before each model call. Raises BudgetReached when today's spend of this

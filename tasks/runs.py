@@ -105,7 +105,9 @@ class HeldLease:
             self.inbox, self.holder, self.generation, budget))
 
     def count_spend(self, budget: Budget, usage: Usage) -> None:
-        """A model call's usage, counted at once and not fenced: it was paid for."""
+        """A model call's usage, counted at once and not fenced: it was paid for. Tried again
+        on a lost connection like a finish; should the first have committed unseen, the call
+        counts twice: a budget errs towards stopping early, never towards spending more."""
         _once_more_on_disconnect(lambda: self.store.count_spend(self.inbox, budget, usage))
 
 
