@@ -187,8 +187,7 @@ def check(conn: Connection, inbox: str, holder: str, generation: int, budget: Bu
         return Verdict(True, day + DAY)
     if leases.holds(conn, inbox, holder, generation, now) is None:
         return Verdict(False, day + DAY, held=False)
-    for scope, name, _ in reached:
-        _touch(conn, scope, name, day, at)
+    for scope, name, _ in reached:  # a ceiling reached has its row
         conn.execute(update(spend).where(*_key(scope, name, day)).values(
             refused=spend.c.refused + 1, first_refused=func.coalesce(spend.c.first_refused, at)))
     _touch(conn, "inbox", inbox, day, at)
