@@ -49,7 +49,8 @@ def parse(path: str, table: Any, model: str) -> Budget:
         raise ValueError(f"{path}: [budget]: unknown key(s) {', '.join(sorted(unknown))}")
     name = table.get("agent_name", DEFAULT_AGENT_NAME)
     if not isinstance(name, str) or not name.strip() or len(name) > INBOX_MAX:
-        raise ValueError(f"{path}: [budget] agent_name must be a non-empty string of at most {INBOX_MAX} characters")
+        raise ValueError(f"{path}: [budget] agent_name must be a non-empty string of at most "
+                         f"{INBOX_MAX} characters")
     notice = table.get("notice", DEFAULT_NOTICE)
     if not isinstance(notice, str) or not notice.strip():
         raise ValueError(f"{path}: [budget] notice must be a non-empty string")

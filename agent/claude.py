@@ -165,7 +165,7 @@ class ClaudeRun:
             messages.append(Message(defang(text), urgent=self.urgent))
         # Budget reached: the input stays in the conversation, answered when the next day's
         # budget wakes the inbox (docs/agent.md, "Budgets").
-        resume = [] if self.resumes_at is None else [Timer(BUDGET_TIMER, {"budget": "resumes"}, due=self.resumes_at)]
+        resume = [Timer(BUDGET_TIMER, {"budget": "resumes"}, due=self.resumes_at)] if self.resumes_at else []
         return Outcome(messages=messages, effects=self.effects, answered=self.answered, timers=resume,
                        memory={MEMORY_KEY: self.convo.state(self.cfg.conversation_budget),
                                LOG_KEY: self._log(), TOTALS_KEY: self._totals()})

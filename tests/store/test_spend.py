@@ -123,7 +123,8 @@ def test_the_figures_survive_a_restart_and_retention_drops_old_days(
     again = make_store()  # a restarted process: its own engine, the same database
     assert not again.check_budget("a", "w", _held(again, "a"), budget, now=T + 1).allowed
     again.count_spend("a", budget, Usage("m", input_tokens=1), now=T + 2 * DAY)
-    assert again.purge(older_than=DAY, now=T + 2 * DAY)["spend"] == 2  # the first day ended before the cutoff: both its rows
+    # The first day ended before the cutoff: both its rows go.
+    assert again.purge(older_than=DAY, now=T + 2 * DAY)["spend"] == 2
     assert [r.day for r in again.spend("a", now=T + 2 * DAY)] == [DAY0 + 2 * DAY] * 2
 
 
