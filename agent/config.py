@@ -33,7 +33,9 @@ import jsonschema
 from store.tables import HOOK_KINDS
 from store.validate import RUNTIME_SOURCES
 
-from agent import import_callable, importable_from
+from store.spend import Budget
+
+from agent import budgets, import_callable, importable_from
 from agent.sources import ToolSource, parser_for, table_of
 
 ENV = "WAKEFUL_AGENT_CONFIG"
@@ -118,6 +120,8 @@ class AgentConfig:
     # The names of the [routes.*] tables (the egress proxy's; their contents are not read
     # here): with "anthropic" among them the model is reached through the proxy.
     routes: tuple[str, ...] = ()
+    # [budget]: daily ceilings and prices (agent/budgets.py, store/spend.py).
+    budget: Budget = field(default_factory=budgets.default)
 
     @property
     def tools(self) -> dict[str, Tool]:
@@ -192,7 +196,7 @@ def for_worker(agent_spec: str) -> AgentConfig | None:
 
 
 def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
-    kinds = [k for k in raw if k not in ("agent", "routes")]
+    kinds = [k for k in raw if k not in ("agent", "routes", "budget")]
     unknown = [k for k in kinds if parser_for(k) is None]
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}")
@@ -200,6 +204,10 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
     routes = raw.get("routes", {})
     values["routes"] = tuple(sorted(routes)) if isinstance(routes, dict) else ()
     values["sources"] = _sources(path, kinds, raw, values["routes"])
+    try:
+        values["budget"] = budgets.parse(path, raw.get("budget"), values["model"])
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return AgentConfig(**values)
 
 
