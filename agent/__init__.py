@@ -26,6 +26,7 @@ built-in Claude agent (agent/claude.py, configured by ``WAKEFUL_AGENT_CONFIG``).
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from store.spend import Budget, Usage, Verdict
 
 from agent.outage import TryLater
 
-__all__ = ["Agent", "BudgetReached", "LeaseLost", "Run", "TryLater", "import_callable", "load_agent"]
+__all__ = ["Agent", "BudgetReached", "LeaseLost", "Run", "TryLater", "import_callable", "load_agent", "summary_of"]
 
 
 class LeaseLost(Exception):
@@ -120,6 +121,22 @@ def load_agent(spec: str) -> Agent:
 
         configured()
     return import_callable(spec)
+
+
+def summary_of(agent: Agent, outcome: Outcome) -> dict[str, Any]:
+    """What an agent says about one run for the run task's summary (Flower): its
+    ``summary(outcome)`` hook when it offers one (the claude agent: model calls, tokens, tool
+    decisions), {} otherwise. A hook that fails costs the summary, never the run."""
+    hook = getattr(agent, "summary", None)
+    if not callable(hook):
+        return {}
+    try:
+        said = hook(outcome)
+    except Exception as exc:  # the run is committed already: a summary is not worth failing it
+        logging.getLogger("wakeful.agent").warning("the agent's summary hook failed: %s: %s",
+                                                   type(exc).__name__, exc)
+        return {}
+    return said if isinstance(said, dict) else {}
 
 
 def importable_from(*directories: str | os.PathLike[str]) -> None:

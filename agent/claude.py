@@ -113,6 +113,9 @@ def run_summary(outcome: Outcome) -> dict[str, Any]:
             "tools": sorted((last.get("decisions") or {}).values())}
 
 
+agent.summary = run_summary  # type: ignore[attr-defined]  # the runtime's hook (agent.summary_of)
+
+
 def _through_proxy(cfg: AgentConfig) -> Any:
     """With a ``[routes.anthropic]`` and the run's grant set by the runtime
     (``agent.egress.using``), the model is called through the egress proxy: the grant is the

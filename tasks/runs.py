@@ -38,8 +38,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunStep, Store
 from store.spend import Budget, Usage, Verdict
 
-from agent import Agent, LeaseLost, Run, TryLater, load_agent
-from agent.claude import run_summary
+from agent import Agent, LeaseLost, Run, TryLater, load_agent, summary_of
 from tasks.application import app
 from tasks import doorbell, faults, isolation, runtime
 from tasks.lease_keeper import keeper
@@ -281,7 +280,10 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
             from agent.effects import refuse_unrunnable
 
             refuse_unrunnable(list(effects), current(required=False))
-        return _complete(lease, ids, claim_next, result, outcome=outcome)
+        done = _complete(lease, ids, claim_next, result, outcome=outcome)
+        if result.get("outcome") == "done":
+            result.update(summary_of(agent, outcome))  # the agent's own words for Flower
+        return done
     except InvalidOutcome as exc:
         # The agent returned something the store refuses (not an Outcome, a bad timer ...):
         # nothing of it was written. Fail the run like an exception in the agent, so the
@@ -347,7 +349,6 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
         result.update(outcome="done", messages=len(outcome.messages),
                       approvals=len(outcome.approvals), timers=len(outcome.timers),
                       effects=len(outcome.effects) + len(outcome.answered))
-        result.update(run_summary(outcome))  # the claude agent's model calls, tokens, tools
     return result, step
 
 
