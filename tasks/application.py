@@ -58,7 +58,7 @@ app.config_from_object(celery_config(settings))
 
 if settings.embedded_broker:
     embedded.configure(settings.embedded_poll_interval)
-elif settings.broker.startswith(("redis://", "rediss://", "redis+socket://")):
+elif settings.redis_broker:
     redis_guard.install()
 
 

@@ -84,6 +84,8 @@ def celery_config(s: Settings) -> dict[str, Any]:
     if s.embedded_broker:
         config.update(_embedded(s))
     else:
+        config.update({"worker_send_task_events": s.task_events, "task_send_sent_event": s.task_events})
+    if s.redis_broker:
         config.update(_redis(s))
     return config
 
@@ -108,8 +110,6 @@ def _redis(s: Settings) -> dict[str, Any]:
         },
         "redis_backend_health_check_interval": s.redis_health_check_interval,
         "redis_socket_keepalive": True,
-        "worker_send_task_events": s.task_events,
-        "task_send_sent_event": s.task_events,
     }
 
 

@@ -153,7 +153,7 @@ def _marker() -> Any:
     if _client is None:
         url = settings.broker
         coalesce = settings.doorbell_coalesce_seconds > 0 and settings.drain_seconds > 0
-        if not coalesce or not url.startswith(("redis://", "rediss://", "redis+socket://")):
+        if not coalesce or not settings.redis_broker:
             _client = False
         else:
             import redis

@@ -194,10 +194,16 @@ class Settings:
         return self.broker.startswith(("sqla+sqlite", "sqlalchemy+sqlite"))
 
     @property
+    def redis_broker(self) -> bool:
+        """The broker is Redis: the doorbell coalesces rings there, and kombu's Redis QoS is
+        guarded (tasks/redis_guard.py)."""
+        return self.broker.startswith(("redis://", "rediss://", "redis+socket://"))
+
+    @property
     def results(self) -> str:
         if self.result_backend:
             return self.result_backend
-        if self.broker.startswith(("redis://", "rediss://", "redis+socket://")):
+        if self.redis_broker:
             return self.broker
         if self.broker.startswith(AMQP_SCHEMES):
             # RabbitMQ: results travel back as messages to the caller that asked (Celery's
