@@ -160,6 +160,8 @@ class Proxy:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Continues the worker's trace (its traceparent); the request's attributes are its
         # route, method and outcome, never a header, a query or a body.
+        if not telemetry.on():
+            return await self.serve(scope, receive, send)
         route = target_of(scope.get("raw_path") or scope["path"].encode()).route
         name = route if route in self.routes else "(unknown)"
         with telemetry.span(f"{scope['method']} /{name}", kind=telemetry.SERVER, parent=Headers(scope=scope),
@@ -282,6 +284,8 @@ class Exchange:
                                                      (b"accept-encoding", b"identity")]
         client = self.proxy.client
         assert client is not None, "the proxy's HTTP client starts with the app (lifespan)"
+        if not telemetry.on():
+            return await self._forward(check, client, url, outgoing, body, receive, telemetry.current())
         with telemetry.span(self.method, kind=telemetry.CLIENT, attributes={
                 "http.request.method": self.method, "server.address": httpx.URL(route.upstream).host,
                 "wakeful.route": route.name}) as upstream_span:

@@ -193,7 +193,8 @@ def test_one_trace_follows_a_wake_across_web_worker_proxy_and_control(
     [effect] = effect
     assert [s for s in found if s["name"] == "POST /shop" and s["parent_id"] == effect["span_id"]
             and s["trace_id"] == effect["trace_id"]]
-    assert "run/wakeful.execute_effects" in {s["name"] for s in found if s["trace_id"] == effect["trace_id"]}
+    executed = [s for s in found if s["name"] == "run/wakeful.execute_effects" and s["span_id"] == effect["parent_id"]]
+    assert executed and executed[0]["attributes"]["wakeful.effect.outcome"] == "done"
 
     # No canary in any attribute (or event) of any span; no grant either.
     token = re.search(r"token=([^\s&]+)", link).group(1)
