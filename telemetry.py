@@ -140,6 +140,28 @@ def annotate(**attributes: Any) -> None:
         trace.get_current_span().set_attributes(_clean(attributes) or {})
 
 
+@contextmanager
+def continued(carrier: Mapping[str, Any]) -> Iterator[None]:
+    """Inside the block, spans are children of the span ``carrier`` (headers) names: work
+    handed to another process goes on in the trace that handed it over."""
+    if not _active:
+        yield
+        return
+    from opentelemetry import context
+
+    token = context.attach(propagate.extract(carrier))
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+def flush(timeout_millis: int = 5000) -> None:
+    """Export the spans still batched: for a process about to end without atexit."""
+    if _active:
+        trace.get_tracer_provider().force_flush(timeout_millis)  # type: ignore[attr-defined]
+
+
 def current() -> Any:
     """The current span (a non-recording one when off or outside any)."""
     return trace.get_current_span() if _active else trace.INVALID_SPAN

@@ -211,3 +211,22 @@ def _up(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_a_retried_run_apart_stays_in_its_trace(make_cluster: Any, write_config: Any,
+                                               model: ScriptedModel, tool_log: Path, tmp_path: Path) -> None:
+    """A retried event runs in a process of its own (tasks/isolation.py): the model call made
+    there is a child of the run's span in the worker, in the same trace, and reaches the file
+    before the worker has the answer (the child may be killed right after)."""
+    traces = tmp_path / "traces"
+    c = make_cluster(env={**agent_env(write_config(), model.base_url, tool_log),
+                          "WAKEFUL_TRACES_TEST_DIR": str(traces)})
+    model.fail_next(1, status=400)  # not an outage: the run fails, the event is retried
+    c.ingest("cy", "chat", "1", {"text": "hello"})
+    c.wait(lambda: c.settled("cy", 1), "the retried event done")
+    found = spans(traces)
+    runs = [s for s in found if s["name"] == "wakeful.run" and s["attributes"].get("wakeful.inbox") == "cy"]
+    assert [r["attributes"]["wakeful.run.outcome"] for r in runs] == ["error", "done"]
+    [apart] = [s for s in found if s["name"] == "chat claude-scripted" and s["service"] == "wakeful-apart"]
+    assert apart["trace_id"] == runs[1]["trace_id"] and apart["parent_id"] == runs[1]["span_id"]
+    assert apart["pid"] != runs[1]["pid"]
