@@ -11,8 +11,9 @@ telemetry.py). Then:
   process boundary by ``traceparent``) and the outbox send in the control worker;
 - a ``wakeful.ingest`` task call: the ingest span starts the trace, which goes on through the
   run, a read tool inline (``execute_tool lookup_order``) and its proxied request;
-- an approved write: the effect executed after the commit (``execute_tool refund``) and its
-  proxied request share a trace;
+- a write approved through its link: the answer's wake (from the web edge's doorbell), the
+  effect executed after the commit (``execute_tool refund``) and its proxied request share a
+  trace;
 - no canary (the route secrets, the webhook secret, the approval secret and link token, the
   message text, any grant) appears in any span attribute of any process.
 """
@@ -120,6 +121,9 @@ def test_one_trace_follows_a_wake_across_web_worker_proxy_and_control(
         c = make_cluster(run_workers=1, env={
             **agent_env(config, "http://127.0.0.1:9/unused", tool_log), "ANTHROPIC_API_KEY": "",
             "WAKEFUL_PROXY_URL": proxy_url, "WAKEFUL_TRACES_TEST_DIR": str(traces),
+            # No tick during the test: each wake goes on in the trace of the ring it made (a
+            # sweep or a dispatch tick that came first would take it into its own trace).
+            "WAKEFUL_SWEEP_INTERVAL": "120", "WAKEFUL_DISPATCH_INTERVAL": "120",
             "WAKEFUL_GITHUB_SECRETS": canary["hook_secret"], "WAKEFUL_WEB_PORT": str(port),
             "WAKEFUL_APPROVAL_SECRET": canary["approval_secret"], "WAKEFUL_PUBLIC_URL": f"http://127.0.0.1:{port}"})
         database_url = c.store.engine.url.render_as_string(hide_password=False)
@@ -145,8 +149,9 @@ def test_one_trace_follows_a_wake_across_web_worker_proxy_and_control(
             [asked] = c.wait(lambda: Effects(c.store).view("bo"), "the refund asked")
             link = c.wait(lambda: re.findall(r"http://\S+token=\S+", "\n".join(m["body"] for m in c.sent("bo"))),
                           "the approval link sent")[0]
-            # 3. Approved: the effect runs after the commit (rung by the sweep).
-            assert c.store.answer_approval("bo", asked.tool_use_id, "yes") == "yes"
+            # 3. Approved through the link: the effect runs after the commit.
+            approved = httpx.post(link, data={"answer": "yes"})
+            assert approved.status_code == 200 and approved.json()["outcome"] == "yes", approved.text
             c.wait(lambda: [p for p in shop.paths() if p.startswith("/shop/refunds")], "the approved refund")
             c.wait(lambda: [s for s in spans(traces) if s["name"] == "execute_tool refund"
                             and s["attributes"].get("wakeful.effect.attempt")], "the effect's span")
@@ -195,6 +200,9 @@ def test_one_trace_follows_a_wake_across_web_worker_proxy_and_control(
             and s["trace_id"] == effect["trace_id"]]
     executed = [s for s in found if s["name"] == "run/wakeful.execute_effects" and s["span_id"] == effect["parent_id"]]
     assert executed and executed[0]["attributes"]["wakeful.effect.outcome"] == "done"
+    answered = [s for s in found if s["trace_id"] == effect["trace_id"]]
+    assert [s["attributes"]["wakeful.event_sources"] for s in answered if s["name"] == "wakeful.run"] == [["approval"]]
+    assert [s for s in answered if s["name"] == "apply_async/wakeful.run_inbox" and s["service"] == "wakeful-web"]
 
     # No canary in any attribute (or event) of any span; no grant either.
     token = re.search(r"token=([^\s&]+)", link).group(1)
