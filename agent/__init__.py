@@ -14,6 +14,11 @@ call ``run.heartbeat()``: it renews at once and raises :class:`LeaseLost` once a
 has taken the inbox over (this process stalled), so the run stops early instead of doing work
 whose finish would be refused anyway.
 
+Daily budgets (store/spend.py, docs/agent.md "Budgets"): an agent that calls a model asks
+``run.check_budget(budget)`` before each call (``BudgetReached``: the call must not be made)
+and tells ``run.count_spend(budget, usage)`` right after it; the runtime wires both to the
+store, so a custom loop gets the same ceilings as the built-in agent.
+
 Choose the agent with ``WAKEFUL_AGENT=module:callable``, or ``WAKEFUL_AGENT=claude`` for the
 built-in Claude agent (agent/claude.py, configured by ``WAKEFUL_AGENT_CONFIG``).
 """
@@ -21,19 +26,35 @@ built-in Claude agent (agent/claude.py, configured by ``WAKEFUL_AGENT_CONFIG``).
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from store import Event, Outcome
+from store.spend import Budget, Usage, Verdict
 
 from agent.outage import TryLater
 
-__all__ = ["Agent", "LeaseLost", "Run", "TryLater", "import_callable", "load_agent"]
+__all__ = ["Agent", "BudgetReached", "LeaseLost", "Run", "TryLater", "import_callable", "load_agent"]
 
 
 class LeaseLost(Exception):
     """The lease was taken over: this run's finish would be refused, so stop now."""
+
+
+class BudgetReached(Exception):
+    """Today's budget of this inbox or agent is spent: the model call was not made. The run
+    ends without it (its finish commits what it has); ``verdict.resumes_at`` is when the
+    next day's budget starts."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.reached or "the daily budget is reached")
+        self.verdict = verdict
+
+    def __reduce__(self) -> Any:  # crosses a run apart's pipe (tasks/isolation.py)
+        return (BudgetReached, (self.verdict,))
 
 
 @dataclass
@@ -44,6 +65,9 @@ class Run:
     memory: dict[str, Any]
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
     _mint_grant: Callable[[list[str], int], str | None] = field(repr=False, default=lambda routes, ttl: None)
+    # Budgets (store/spend.py), filled by the runtime; without one nothing is checked or counted.
+    _check_budget: Callable[[Budget], Verdict | None] = field(repr=False, default=lambda budget: None)
+    _count_spend: Callable[[Budget, Usage], None] = field(repr=False, default=lambda budget, usage: None)
 
     def heartbeat(self) -> None:
         """Renew the lease. Raises LeaseLost when this worker no longer holds the inbox."""
@@ -59,6 +83,25 @@ class Run:
             raise LeaseLost(f"lease on inbox {self.inbox!r} (generation {self.generation}) lost")
         return token
 
+    def check_budget(self, budget: Budget) -> None:
+        """Call before each model call. Raises BudgetReached when today's spend of this
+        inbox or of the agent has reached a ceiling of ``budget`` (the call must not be
+        made), LeaseLost when the lease is gone. The first refusal of the day tells the
+        inbox's user, once; each refusal is an incident the operator sees."""
+        if not budget.limited():
+            return  # no ceiling: nothing to ask the store (the call is still counted)
+        verdict = self._check_budget(budget)
+        if verdict is None or verdict.allowed:
+            return
+        if not verdict.held:
+            raise LeaseLost(f"lease on inbox {self.inbox!r} (generation {self.generation}) lost")
+        raise BudgetReached(verdict)
+
+    def count_spend(self, budget: Budget, usage: Usage) -> None:
+        """Call right after each model call with the usage it returned: counted at once in
+        the store for the inbox and the agent, even if this run is later fenced."""
+        self._count_spend(budget, usage)
+
 
 Agent = Callable[[Run], Outcome | None]
 
@@ -71,11 +114,22 @@ def load_agent(spec: str) -> Agent:
     """Import ``module:callable`` (or a built-in's name); a clear error when it is not there.
     The claude agent's config is read and checked here, so a bad one stops a worker's start."""
     spec = BUILTIN.get(spec, spec)
+    importable_from(os.getcwd())
     if spec == BUILTIN["claude"]:
         from agent.claude import configured
 
         configured()
     return import_callable(spec)
+
+
+def importable_from(*directories: str | os.PathLike[str]) -> None:
+    """Let ``module:callable`` name a module in these directories (the agent config's own,
+    the working directory, as Celery's ``-A`` finds an app there) with no ``PYTHONPATH``.
+    Appended to ``sys.path``: a local file never shadows an installed package."""
+    for directory in directories:
+        entry = os.path.abspath(directory)
+        if entry not in sys.path:
+            sys.path.append(entry)
 
 
 def import_callable(spec: str) -> Callable[..., Any]:

@@ -144,7 +144,7 @@ def status(inbox: Optional[str] = typer.Argument(None, help="One inbox (default:
         if inbox is not None:
             st = require_inbox(store, inbox, as_json)
             upcoming = sorted((t for t in store.timers(inbox) if not t.done), key=lambda t: t.due)[:5]
-            _show_inbox(st, upcoming, now, as_json)
+            _show_inbox(st, upcoming, now, as_json, store.spend(inbox))
             return
         metrics = store.metrics()
         attention = store.attention(limit=20)
@@ -160,6 +160,7 @@ def status(inbox: Optional[str] = typer.Argument(None, help="One inbox (default:
     if metrics["inboxes_waiting_on_outage"]:
         echo(f"outage: {metrics['inboxes_waiting_on_outage']} inbox(es) waiting for an upstream to come "
              f"back (a run said try later), the longest for {span(metrics['outage_age'])}")
+    _show_budgets(metrics.get("budgets") or {})
     echo("")
     table(["inbox", "dead", "pending", "running", "oldest pending", "lease holder", "expires in",
            "held", "approvals"],
@@ -173,10 +174,11 @@ def status(inbox: Optional[str] = typer.Argument(None, help="One inbox (default:
             echo(f"  {when(r.received)}  {_cell(r.origin)}  {_cell(r.reason)}")
 
 
-def _show_inbox(st: "InboxStatus", upcoming: list[Any], now: int, as_json: bool) -> None:
+def _show_inbox(st: "InboxStatus", upcoming: list[Any], now: int, as_json: bool,
+                spent: list[Any]) -> None:
     timers_out = [{"id": t.id, "due": t.due, "every": t.every, "cron": t.cron} for t in upcoming]
     if as_json:
-        emit_json({**asdict(st), "next_timers": timers_out})
+        emit_json({**asdict(st), "next_timers": timers_out, "spend_today": [asdict(r) for r in spent]})
         return
     lease = (f"held by {safe(st.holder)}, generation {st.generation}, expires in {span(st.lease_expires_in)}"
              if st.holder else f"free (generation {st.generation})")
@@ -190,11 +192,40 @@ def _show_inbox(st: "InboxStatus", upcoming: list[Any], now: int, as_json: bool)
     if st.waiting_on_outage:
         echo(f"  outage     {st.waiting_on_outage} event(s) wait for an upstream to come back, since "
              f"{when(st.outage_since)} ({relative(st.outage_since, now)})")
+    _show_spend(spent)
     if not upcoming:
         echo("  timers     none")
     for n, t in enumerate(upcoming):
         repeat = f"every {span(t.every)}" if t.every else (f"cron {t.cron}" if t.cron else "once")
         echo(f"  {'timers' if n == 0 else '':<10} {safe(t.id)}: {when(t.due)} ({relative(t.due, now)}), {repeat}")
+
+
+def _show_budgets(figures: dict[str, Any]) -> None:
+    for name, spent in sorted(figures.get("agents_today", {}).items()):
+        money = f"; {spent['cost']:.4f}" if spent["cost"] else ""
+        echo(f"spend today (UTC): agent {safe(name)}: {spent['tokens']:,} tokens in {spent['calls']} call(s){money}")
+    reached = figures.get("reached_today", {})
+    if any(reached.values()):
+        echo(f"budgets reached today: {reached.get('inbox', 0)} inbox(es), {reached.get('agent', 0)} agent(s) "
+             "(`wakeful incidents`)")
+
+
+def _show_spend(rows: list[Any]) -> None:
+    """Today's spend (UTC day, store/spend.py) of the inbox and of each agent, against the
+    ceilings in force at their last model call."""
+    if not any(r.scope == "inbox" for r in rows):
+        echo("  spend      nothing today (UTC)")
+    for n, r in enumerate(rows):
+        label = "spend" if n == 0 else ""
+        who = "this inbox" if r.scope == "inbox" else f"agent {safe(r.name)}"
+        tokens = f"{r.tokens:,} tokens" + (f" of {r.token_ceiling:,}" if r.token_ceiling is not None else "")
+        money = (f"; {r.cost:.4f}" + (f" of {r.cost_ceiling:.4f}" if r.cost_ceiling is not None else "")
+                 if r.cost or r.cost_ceiling is not None else "")
+        echo(f"  {label:<10} {who}: {tokens} in {r.calls} call(s) today (UTC){money}")
+        if r.refused:
+            echo(f"  {'':<10}   budget reached: {r.refused} call(s) not made since {when(r.first_refused)}")
+        if r.told:
+            echo(f"  {'':<10}   the user was told at {when(r.told)} (once a day)")
 
 
 # -- dead events and requeue ------------------------------------------------------------
@@ -372,11 +403,11 @@ def rejected(limit: int = typer.Option(50, help="The latest N."), as_json: bool 
 
 def incidents(since: int = typer.Option(86400, help="Seconds back."), as_json: bool = JSON) -> None:
     """Events parked dead and approvals expired in the last SINCE seconds (the daily summary)."""
-    from tasks.summary import render
+    from tasks.summary import incidents as summary_incidents, render
 
     now = int(time.time())
     with opened_store() as store:
-        found = store.incidents(now - since)
+        found = summary_incidents(store, now - since)
     if as_json:
         emit_json({k: [asdict(x) for x in v] for k, v in found.items()})
         return

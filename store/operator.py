@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, case, delete, func, select, update
 from . import approvals as approval_rules
 from . import counters as counter_rules
 from . import grants as grant_rules
+from . import spend as spend_rules
 from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
 from .records import InboxStatus, Outage, RunRecord
@@ -89,6 +90,8 @@ def metrics(conn: Connection, now: int) -> dict[str, Any]:
         "counters": counter_rules.read(conn),
         # The egress proxy's refused or failed requests {route: {outcome: n}} (store/grants.py).
         "proxy_not_ok": grant_rules.not_ok_counts(conn),
+        # Today's spend per agent, budgets that stopped a call (store/spend.py).
+        "budgets": spend_rules.metrics(conn, now),
     }
 
 
@@ -170,6 +173,7 @@ def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) ->
         counts["approvals"] = conn.execute(delete(approvals).where(approvals.c.deadline < key_cutoff)).rowcount
         # Expired grants of inboxes that never mint again (minting clears its own inbox's).
         counts["grants"] = conn.execute(delete(grants).where(grants.c.expires < now)).rowcount
+        counts["spend"] = spend_rules.purge(conn, cutoff)  # whole days before the cutoff
     return counts
 
 

@@ -22,6 +22,7 @@ from . import counters as counter_rules
 from . import grants as grant_rules
 from . import hook_secrets as hook_secret_rules
 from . import memory as memory_rules
+from . import spend as spend_rules
 from . import errors
 from .db import clock, create, is_postgres, lock_timed_out, transaction
 from .records import (
@@ -480,6 +481,33 @@ class Store:
     def counters(self) -> dict[str, int]:
         with self._transaction() as conn:
             return counter_rules.read(conn)
+
+    # -- budgets: what the model cost per inbox and agent per UTC day (store/spend.py) ----
+
+    def count_spend(self, inbox: str, budget: spend_rules.Budget, usage: spend_rules.Usage, *,
+                    now: int | None = None) -> None:
+        """One model call's usage, counted for the inbox and the agent. Not fenced: a call a
+        run made before it lost its lease was paid for all the same."""
+        validate.inbox(inbox)
+        with self._transaction() as conn:
+            spend_rules.count(conn, inbox, budget, usage, now)
+
+    def check_budget(self, inbox: str, holder: str, gen: int, budget: spend_rules.Budget, *,
+                     now: int | None = None) -> spend_rules.Verdict:
+        """May (holder, gen)'s run make a model call now? A refusal is recorded (the
+        operator's incident) and tells the inbox's user once a day, fenced by the lease."""
+        with self._transaction() as conn:
+            return spend_rules.check(conn, inbox, holder, gen, budget, now)
+
+    def spend(self, inbox: str | None = None, *, now: int | None = None) -> list[spend_rules.SpendRow]:
+        """Today's spend: the inbox's row (when given) and every agent's."""
+        with self._transaction() as conn:
+            return spend_rules.today(conn, inbox, now)
+
+    def spend_incidents(self, since: int) -> list[spend_rules.SpendRow]:
+        """Budgets (an inbox's, an agent's) that refused a model call since ``since``."""
+        with self._transaction() as conn:
+            return spend_rules.incidents(conn, since)
 
     # -- the egress proxy's grants and audit trail (store/grants.py) ---------------------
 

@@ -337,3 +337,32 @@ audit = Table(
     Index("ix_audit_not_ok", "route", "outcome",
           postgresql_where=text("outcome <> 'ok'"), sqlite_where=text("outcome <> 'ok'")),
 )
+
+
+# What the model cost, per UTC day (store/spend.py): one row per inbox and one per agent (all
+# of its inboxes together) per day, counted right after each model call in a transaction of
+# its own (not fenced: a call a fenced run made was paid for all the same). ``day`` is the
+# day's first second (UTC, database clock); cost in billionths of the price table's currency.
+# ``refused`` calls were not made (a ceiling was reached), the first at ``first_refused``;
+# ``told`` is when the inbox's user was told (once a day, inbox rows only).
+SPEND_SCOPES = ("inbox", "agent")
+spend = Table(
+    "spend",
+    metadata,
+    Column("scope", String(8), nullable=False),
+    Column("name", String(INBOX_MAX), nullable=False),
+    Column("day", BigInteger, nullable=False),
+    Column("calls", BigInteger, nullable=False, server_default=text("0")),
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("cost_nanos", BigInteger, nullable=False, server_default=text("0")),
+    Column("token_ceiling", BigInteger),  # the ceilings in force at the last call (shown)
+    Column("cost_ceiling_nanos", BigInteger),
+    Column("refused", BigInteger, nullable=False, server_default=text("0")),
+    Column("first_refused", BigInteger),
+    Column("told", BigInteger),
+    Column("updated", BigInteger, nullable=False),
+    PrimaryKeyConstraint("scope", "name", "day"),
+    CheckConstraint("scope IN ('inbox', 'agent')", name="scope_known"),
+    Index("ix_spend_day", "day"),  # /metrics and the summary read one day, retention old days
+)

@@ -37,6 +37,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 import telemetry
 from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunStep, Store
+from store.spend import Budget, Usage, Verdict
 
 from agent import Agent, LeaseLost, Run, TryLater, load_agent
 from agent.claude import run_summary
@@ -98,6 +99,17 @@ class HeldLease:
     def mint_grant(self, routes: list[str], ttl: int) -> str | None:
         """A grant for the egress proxy, valid while this lease is (None once it is lost)."""
         return self.store.mint_grant(self.inbox, self.holder, self.generation, routes, ttl)
+
+    def check_budget(self, budget: Budget) -> Verdict:
+        """May this run make a model call (store/spend.py)? A refusal is fenced by this lease."""
+        return _once_more_on_disconnect(lambda: self.store.check_budget(
+            self.inbox, self.holder, self.generation, budget))
+
+    def count_spend(self, budget: Budget, usage: Usage) -> None:
+        """A model call's usage, counted at once and not fenced: it was paid for. Tried again
+        on a lost connection like a finish; should the first have committed unseen, the call
+        counts twice: a budget errs towards stopping early, never towards spending more."""
+        _once_more_on_disconnect(lambda: self.store.count_spend(self.inbox, budget, usage))
 
 
 @app.task(name="wakeful.run_inbox", bind=True, soft_time_limit=settings.run_time_limit,
@@ -258,7 +270,8 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
         unpinned = lease.store.unpinned() if runtime.shares_process() else contextlib.nullcontext()
         with unpinned, keeper.holding(lease, settings.lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
-                      memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant)
+                      memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant,
+                      _check_budget=lease.check_budget, _count_spend=lease.count_spend)
             outcome = isolation.call_agent(agent, run, deadline=lease.deadline) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
@@ -275,6 +288,12 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
                     exc_info=not isinstance(exc, SoftTimeLimitExceeded))
         return _complete(lease, ids, claim_next, result, error=error)
     try:
+        effects = getattr(outcome, "effects", None)
+        if isinstance(effects, list | tuple) and effects:  # one no configured tool runs waits for ever
+            from agent.config import current
+            from agent.effects import refuse_unrunnable
+
+            refuse_unrunnable(list(effects), current(required=False))
         return _complete(lease, ids, claim_next, result, outcome=outcome)
     except InvalidOutcome as exc:
         # The agent returned something the store refuses (not an Outcome, a bad timer ...):

@@ -1,5 +1,5 @@
-"""``wakeful.daily_summary``: new dead events, expired approvals and outages still being
-waited out, told to an operator.
+"""``wakeful.daily_summary``: new dead events, expired approvals, outages still being
+waited out and daily budgets reached, told to an operator.
 
 A poison event parks itself dead and the agent just goes quiet; an approval nobody answered
 resumes as ``expired``. Neither makes noise on its own, so once a day (beat,
@@ -42,8 +42,8 @@ LISTED = 20  # lines per section; the rest is counted (the CLI shows them all)
 def render(found: dict[str, list[Any]], since: int, until: int) -> str | None:
     """The summary's text, or None when nothing went wrong in the period."""
     dead, expired = found.get("dead", []), found.get("expired_approvals", [])
-    outages = found.get("outages", [])
-    if not dead and not expired and not outages:
+    outages, budgets = found.get("outages", []), found.get("budgets", [])
+    if not dead and not expired and not outages and not budgets:
         return None
     lines = [f"wakeful: what went wrong from {_when(since)} to {_when(until)} UTC"]
     if dead:
@@ -62,9 +62,28 @@ def render(found: dict[str, list[Any]], since: int, until: int) -> str | None:
                      "try later; parked dead with the reason outage past WAKEFUL_OUTAGE_HORIZON):")
         lines += [f"  inbox {o.inbox}: {o.events} event(s) since {_when(o.since)} UTC" for o in outages[:LISTED]]
         lines += _more(len(outages))
+    if budgets:
+        lines.append(f"{len(budgets)} daily budget(s) reached: model calls not made until the next UTC day "
+                     "(the inbox's user was told):")
+        lines += [f"  {_budget_line(b)}" for b in budgets[:LISTED]]
+        lines += _more(len(budgets))
     lines.append("See `wakeful dead`, `wakeful requeue EVENT_ID` / `--inbox I`, "
                  "`wakeful incidents --since N`.")
     return "\n".join(lines)
+
+
+def _budget_line(row: Any) -> str:
+    ceilings = [f"{row.token_ceiling} tokens" if row.token_ceiling is not None else "",
+                f"{row.cost_ceiling:g} money" if row.cost_ceiling is not None else ""]
+    limit = " / ".join(c for c in ceilings if c) or "its ceiling"
+    money = f", {row.cost:.4f} money" if row.cost else ""
+    return (f"{row.scope} {row.name} on {_when(row.day)[:10]}: {row.tokens} tokens{money} "
+            f"(ceiling {limit}); {row.refused} call(s) not made, the first at {_when(row.first_refused)} UTC")
+
+
+def incidents(store: Store, since: int) -> dict[str, list[Any]]:
+    """What the summary tells: the store's incidents and the budgets reached (store/spend.py)."""
+    return {**store.incidents(since), "budgets": store.spend_incidents(since)}
 
 
 def _more(count: int) -> list[str]:
@@ -89,7 +108,7 @@ def write_summary(store: Store, operator_inbox: str | None, holder: str = HOLDER
     # next summary would start after them.
     until = now if now is not None else store.clock()
     if not operator_inbox:
-        text = render(store.incidents(until - DAY), until - DAY, until)
+        text = render(incidents(store, until - DAY), until - DAY, until)
         _log(text)
         return {"channel": "log", "since": until - DAY, "until": until, "written": text is not None}
     generation = store.acquire(operator_inbox, holder, now=now)
@@ -97,7 +116,7 @@ def write_summary(store: Store, operator_inbox: str | None, holder: str = HOLDER
         return {"channel": operator_inbox, "skipped": "the operator inbox's lease is held"}
     try:
         since = store.memory(operator_inbox).get(WATERMARK, until - DAY)
-        text = render(store.incidents(since), since, until)
+        text = render(incidents(store, since), since, until)
         outcome = Outcome(messages=[Message(text)] if text else [], memory={WATERMARK: until})
         written = store.finish(operator_inbox, holder, generation, [], outcome, now=now)
     finally:

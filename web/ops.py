@@ -116,6 +116,7 @@ class _Collector:
             for outcome, count in sorted(outcomes.items()):
                 proxy.add_metric([route, outcome], count)
         yield proxy
+        yield from _budget_families(f.get("budgets") or {})
         web = CounterMetricFamily("wakeful_web_refusals",
                                   "Requests this web process refused, by route and reason",
                                   labels=["route", "reason"])
@@ -138,6 +139,29 @@ class _Collector:
         from agent.metrics import families as agent_families
 
         yield from agent_families(f.get("agent"))  # model calls, tokens, tool decisions, effects
+
+
+def _budget_families(budgets: dict[str, Any]) -> Iterator[Metric]:
+    """Daily budgets (store/spend.py): today's spend per agent, the budgets that stopped a
+    model call today (the operator's incident), the calls not made."""
+    agents = budgets.get("agents_today", {})
+    for key, unit in (("tokens", "tokens"), ("cost", "money, in the price table's currency")):
+        family = GaugeMetricFamily(f"wakeful_agent_spend_today_{key}",
+                                   f"The agent's model spend today (UTC day), {unit}", labels=["agent"])
+        for name, spent in sorted(agents.items()):
+            family.add_metric([name], spent[key])
+        yield family
+    reached = GaugeMetricFamily("wakeful_budget_reached_today",
+                                "Inboxes or agents whose daily budget refused a model call today",
+                                labels=["scope"])
+    refused = CounterMetricFamily("wakeful_budget_refused_calls",
+                                  "Model calls not made because a daily budget was reached (within "
+                                  "retention)", labels=["scope"])
+    for scope in ("inbox", "agent"):
+        reached.add_metric([scope], budgets.get("reached_today", {}).get(scope, 0))
+        refused.add_metric([scope], budgets.get("refused_calls", {}).get(scope, 0))
+    yield reached
+    yield refused
 
 
 def _metric_name(name: str) -> str:

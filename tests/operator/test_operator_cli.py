@@ -231,7 +231,8 @@ def test_every_command_on_an_empty_store(wakeful: Wakeful) -> None:
                            ("rejected", "no rejected input")):
         assert parsed(wakeful(command, "--json")) == []
         assert wakeful(command).stdout.strip() == empty
-    assert parsed(wakeful("incidents", "--json")) == {"dead": [], "expired_approvals": [], "outages": []}
+    assert parsed(wakeful("incidents", "--json")) == {"dead": [], "expired_approvals": [], "outages": [],
+                                                   "budgets": []}
     assert "nothing went wrong" in wakeful("incidents").stdout
     assert wakeful("status", "alice").exit_code == 1
     assert wakeful("requeue", "1").exit_code == 1

@@ -1,0 +1,266 @@
+"""Budgets: what the model cost, per inbox and per agent, per UTC day.
+
+Every model call is counted from the ``usage`` the API returned, right after the call, in a
+short transaction of its own (``count``) that is **not fenced**: a run that loses its lease
+afterwards has its finish refused, but its calls were paid for and stay counted. The figures
+live in the ``spend`` table (one row per inbox per day, one per agent per day: the agent's
+row is all of its inboxes together), so a restart resets nothing.
+
+Before each call the agent asks ``check``: while today's spend is below every ceiling the
+call goes out; once a ceiling is reached it is not made. So a ceiling is passed by at most
+the calls already in flight when it was reached (one per run), never by a loop. A refusal is
+counted on the row of each ceiling reached (``refused``, ``first_refused``: the operator's
+incident) and, the first time in the day, writes one message to the inbox's outbox (the
+user is told once a day, whatever the number of runs refused). The refusal's writes are
+fenced like a finish: a worker that lost its lease writes nothing and learns it.
+
+Every count of an agent's inboxes updates that agent's row for the day: on PostgreSQL those
+short transactions queue on its row lock (one per model call, and a call takes seconds), the
+price of a ceiling that covers every inbox at once.
+
+A day is the UTC day on the database's clock (``now`` in tests); the next day's first
+second starts from zero again. Money is counted only for a model with a price (per million
+tokens, in whatever currency the price table uses), in billionths of that currency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, select, tuple_, update
+
+from . import leases, validate
+from .db import clock, insert
+from .tables import outbox, spend
+
+DAY = 86400
+NANOS = 1_000_000_000  # billionths of a currency unit: a token at $0.08/Mtok is 80 of them
+DEFAULT_NOTICE = ("The assistant has reached its spending limit for today. Your message is kept "
+                  "and will be answered after 00:00 UTC.")
+
+
+@dataclass(frozen=True)
+class Price:
+    """Per million tokens. Cache writes and reads default to Anthropic's ratios to input
+    (1.25x and 0.1x)."""
+
+    input: float
+    output: float
+    cache_write: float | None = None
+    cache_read: float | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One model call's usage, as the API reported it."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+
+    @classmethod
+    def of(cls, model: str, usage: Any) -> Usage:
+        """From the SDK's ``reply.usage`` (or a dict): missing or null fields count 0."""
+        def get(key: str) -> int:
+            value = usage.get(key) if isinstance(usage, Mapping) else getattr(usage, key, 0)
+            return max(0, int(value or 0))
+        return cls(model, get("input_tokens"), get("output_tokens"),
+                   get("cache_creation_input_tokens"), get("cache_read_input_tokens"))
+
+    @property
+    def input_all(self) -> int:
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    @property
+    def tokens(self) -> int:
+        return self.input_all + self.output_tokens
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Daily ceilings (None: no ceiling) and the price table. ``agent`` names the agent's
+    row: every inbox served under that name counts towards its ceilings."""
+
+    agent: str = "agent"
+    inbox_tokens: int | None = None
+    inbox_money: float | None = None
+    agent_tokens: int | None = None
+    agent_money: float | None = None
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    notice: str = DEFAULT_NOTICE
+
+    def cost_nanos(self, usage: Usage) -> int:
+        """What the call cost (0 for a model without a price)."""
+        price = self.prices.get(usage.model)
+        if price is None:
+            return 0
+        write = price.input * 1.25 if price.cache_write is None else price.cache_write
+        read = price.input * 0.1 if price.cache_read is None else price.cache_read
+        per_million = (usage.input_tokens * price.input + usage.output_tokens * price.output
+                       + usage.cache_write_tokens * write + usage.cache_read_tokens * read)
+        return round(per_million * (NANOS // 1_000_000))
+
+    def ceilings(self, scope: str) -> tuple[int | None, int | None]:
+        """(tokens, money in nanos) for ``scope`` ("inbox" or "agent")."""
+        tokens, money = ((self.inbox_tokens, self.inbox_money) if scope == "inbox"
+                         else (self.agent_tokens, self.agent_money))
+        return tokens, None if money is None else round(money * NANOS)
+
+    def limited(self) -> bool:
+        return any(v is not None for v in (self.inbox_tokens, self.inbox_money,
+                                           self.agent_tokens, self.agent_money))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``check``'s answer. ``allowed``: the call may go out. Else ``held`` False means the
+    lease was lost (nothing written); otherwise ``reached`` says which ceiling, ``told``
+    whether this refusal wrote the day's message to the user."""
+
+    allowed: bool
+    resumes_at: int  # the next UTC day's first second: the budget is whole again
+    held: bool = True
+    reached: str = ""
+    told: bool = False
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    scope: str
+    name: str
+    day: int
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost: float  # in the price table's currency
+    token_ceiling: int | None  # the ceilings in force at the last call counted
+    cost_ceiling: float | None
+    refused: int
+    first_refused: int | None
+    told: int | None
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def day_of(now: int) -> int:
+    return now - now % DAY
+
+
+def count(conn: Connection, inbox: str, budget: Budget, usage: Usage, now: int | None) -> None:
+    """Add one call's usage to today's rows of the inbox and of the agent (inbox row first,
+    always: two counts never wait on each other in opposite orders)."""
+    now = clock(conn, now)
+    cost = budget.cost_nanos(usage)
+    for scope, name in (("inbox", inbox), ("agent", budget.agent)):
+        tokens, money = budget.ceilings(scope)
+        row = {"scope": scope, "name": name, "day": day_of(now), "calls": 1,
+               "input_tokens": usage.input_all, "output_tokens": usage.output_tokens,
+               "cost_nanos": cost, "token_ceiling": tokens, "cost_ceiling_nanos": money, "updated": now}
+        stmt = insert(conn, spend).values(**row)
+        added = {k: getattr(spend.c, k) + stmt.excluded[k]
+                 for k in ("calls", "input_tokens", "output_tokens", "cost_nanos")}
+        conn.execute(stmt.on_conflict_do_update(
+            index_elements=["scope", "name", "day"],
+            set_={**added, "token_ceiling": stmt.excluded.token_ceiling,
+                  "cost_ceiling_nanos": stmt.excluded.cost_ceiling_nanos, "updated": now}))
+
+
+def check(conn: Connection, inbox: str, holder: str, generation: int, budget: Budget,
+          now: int | None) -> Verdict:
+    """May the run of (holder, generation) on ``inbox`` make a model call now?"""
+    at = clock(conn, now)
+    day = day_of(at)
+    if not budget.limited():
+        return Verdict(True, day + DAY)
+    keys = [("inbox", inbox), ("agent", budget.agent)]
+    rows = {(r.scope, r.name): r for r in conn.execute(
+        select(spend).where(tuple_(spend.c.scope, spend.c.name).in_(keys), spend.c.day == day))}
+    reached = [(scope, name, why) for scope, name in keys
+               if (why := _reached(rows.get((scope, name)), *budget.ceilings(scope)))]
+    if not reached:
+        return Verdict(True, day + DAY)
+    if leases.holds(conn, inbox, holder, generation, now) is None:
+        return Verdict(False, day + DAY, held=False)
+    for scope, name, _ in reached:  # a ceiling reached has its row
+        conn.execute(update(spend).where(*_key(scope, name, day)).values(
+            refused=spend.c.refused + 1, first_refused=func.coalesce(spend.c.first_refused, at)))
+    _touch(conn, "inbox", inbox, day, at)
+    told = conn.execute(update(spend).where(*_key("inbox", inbox, day), spend.c.told.is_(None))
+                        .values(told=at)).rowcount == 1
+    if told:
+        conn.execute(outbox.insert().values(inbox=inbox, body=validate.text_value("budget notice", budget.notice),
+                                            urgent=False, created=at))
+    said = "; ".join(f"{scope} {name!r}: {why}" for scope, name, why in reached)
+    return Verdict(False, day + DAY, reached=said, told=told)
+
+
+def _reached(row: Any, tokens: int | None, money: int | None) -> str:
+    if row is None:
+        return ""
+    used = row.input_tokens + row.output_tokens
+    if tokens is not None and used >= tokens:
+        return f"{used} tokens of {tokens} today"
+    if money is not None and row.cost_nanos >= money:
+        return f"{row.cost_nanos / NANOS:.4f} of {money / NANOS:.4f} (money) today"
+    return ""
+
+
+def _key(scope: str, name: str, day: int) -> tuple[Any, ...]:
+    return spend.c.scope == scope, spend.c.name == name, spend.c.day == day
+
+
+def _touch(conn: Connection, scope: str, name: str, day: int, now: int) -> None:
+    """Today's row exists (an agent's refusal may come before its inbox's first call)."""
+    conn.execute(insert(conn, spend).values(scope=scope, name=name, day=day, updated=now)
+                 .on_conflict_do_nothing(index_elements=["scope", "name", "day"]))
+
+
+def today(conn: Connection, inbox: str | None, now: int | None) -> list[SpendRow]:
+    """Today's rows: the inbox's (when given) and every agent's."""
+    day = day_of(clock(conn, now))
+    wanted = spend.c.scope == "agent"
+    if inbox is not None:
+        wanted = wanted | ((spend.c.scope == "inbox") & (spend.c.name == inbox))
+    rows = conn.execute(select(spend).where(spend.c.day == day, wanted)
+                        .order_by(spend.c.scope.desc(), spend.c.name))
+    return [_row(r) for r in rows]
+
+
+def incidents(conn: Connection, since: int) -> list[SpendRow]:
+    """Budgets that refused a call, first since ``since``, oldest first."""
+    rows = conn.execute(select(spend).where(spend.c.first_refused >= since)
+                        .order_by(spend.c.first_refused, spend.c.scope, spend.c.name))
+    return [_row(r) for r in rows]
+
+
+def metrics(conn: Connection, now: int) -> dict[str, Any]:
+    """For /metrics: today's spend of each agent, how many inboxes and agents a ceiling
+    stopped today, and the calls refused (within retention) by scope."""
+    day = day_of(now)
+    agents = {r.name: {"tokens": r.input_tokens + r.output_tokens, "cost": r.cost_nanos / NANOS,
+                       "calls": r.calls}
+              for r in conn.execute(select(spend).where(spend.c.day == day, spend.c.scope == "agent"))}
+    reached = dict(conn.execute(select(spend.c.scope, func.count()).where(
+        spend.c.day == day, spend.c.refused > 0).group_by(spend.c.scope)).all())
+    refused = dict(conn.execute(select(spend.c.scope, func.coalesce(func.sum(spend.c.refused), 0))
+                                .group_by(spend.c.scope)).all())
+    return {"agents_today": agents,
+            "reached_today": {s: int(reached.get(s, 0)) for s in ("inbox", "agent")},
+            "refused_calls": {s: int(refused.get(s, 0)) for s in ("inbox", "agent")}}
+
+
+def purge(conn: Connection, cutoff: int) -> int:
+    """Days that ended before ``cutoff`` (retention)."""
+    return conn.execute(delete(spend).where(spend.c.day <= cutoff - DAY)).rowcount
+
+
+def _row(r: Any) -> SpendRow:
+    return SpendRow(r.scope, r.name, r.day, r.calls, r.input_tokens, r.output_tokens, r.cost_nanos / NANOS,
+                    r.token_ceiling, None if r.cost_ceiling_nanos is None else r.cost_ceiling_nanos / NANOS,
+                    r.refused, r.first_refused, r.told)
