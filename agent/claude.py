@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import telemetry
 from store import Effect, Event, Message, Outcome, Timer
 from store.effects import defang, idempotency_key
 from store.spend import Usage
@@ -258,8 +259,21 @@ class ClaudeRun:
         system = f"{self.cfg.system}\n\n{UNTRUSTED_NOTE}".strip()
         self.run.check_budget(self.cfg.budget)  # raises BudgetReached: this call is not made
         self.calls += 1
-        reply = model_reply(self.client, model=self.cfg.model, max_tokens=self.cfg.max_tokens,
-                             system=system, tools=policy.offered(self.cfg), messages=self.convo.messages)
+        # A span after the GenAI semantic conventions; never the prompt or the reply's text.
+        with telemetry.span(f"chat {self.cfg.model}", kind=telemetry.CLIENT, attributes={
+                "gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic",
+                "gen_ai.system": "anthropic", "gen_ai.request.model": self.cfg.model,
+                "gen_ai.request.max_tokens": self.cfg.max_tokens}):
+            traced = {"extra_headers": telemetry.headers()} if telemetry.on() else {}
+            reply = model_reply(self.client, model=self.cfg.model, max_tokens=self.cfg.max_tokens,
+                                system=system, tools=policy.offered(self.cfg), messages=self.convo.messages,
+                                **traced)
+            telemetry.annotate(**{
+                "gen_ai.response.model": str(getattr(reply, "model", "") or "") or None,
+                "gen_ai.response.id": str(getattr(reply, "id", "") or "") or None,
+                "gen_ai.response.finish_reasons": [str(reply.stop_reason)],
+                "gen_ai.usage.input_tokens": int(getattr(reply.usage, "input_tokens", 0) or 0),
+                "gen_ai.usage.output_tokens": int(getattr(reply.usage, "output_tokens", 0) or 0)})
         self.run.count_spend(self.cfg.budget, Usage.of(self.cfg.model, reply.usage))  # even if fenced later
         for key in self.usage:
             self.usage[key] += int(getattr(reply.usage, key, 0) or 0)
@@ -279,7 +293,9 @@ class ClaudeRun:
         assert d.tool is not None
         if d.kind == "inline":
             call = tools.ToolCall(use_id, name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
-            result = tools.run(d.tool, tool_input, call, self.cfg)
+            with telemetry.execute_tool(name, use_id):
+                result = tools.run(d.tool, tool_input, call, self.cfg)
+                telemetry.annotate(**{"error.type": "tool_error" if result["is_error"] else None})
             return tool_result(use_id, self._tool_output(use_id, name, result["content"]), result["is_error"])
         ask = d.kind == "ask"
         self.effects.append(Effect(use_id, name, tool_input, delivery=d.tool.delivery,  # type: ignore[arg-type]

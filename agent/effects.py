@@ -23,6 +23,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import telemetry
 from store import EffectRow, InvalidOutcome, Store
 from store.effects import Effects
 
@@ -59,8 +60,10 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
         book.refuse(inbox, tool_use_id, f"the tool {effect.tool!r} is no longer allowed; nothing ran")
         return Executed(inbox, tool_use_id, effect.tool, "refused")
     try:
-        with _egress(book, cfg, effect, tool):
+        with _egress(book, cfg, effect, tool), telemetry.execute_tool(
+                effect.tool, tool_use_id, **{"wakeful.inbox": inbox, "wakeful.effect.attempt": effect.attempts}):
             result = tools.run(tool, dict(effect.input), _call(effect), cfg)
+            telemetry.annotate(**{"error.type": "tool_error" if result["is_error"] else None})
     except TryLater as exc:  # the tool's upstream is down: not a failure of the call
         status = book.postpone(inbox, tool_use_id, effect.attempts, str(exc), retry_after=exc.seconds,
                                maybe_done=exc.maybe_done)

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+import telemetry
 from agent.outage import NOT_ACTED_ON, TryLater, is_transient, retry_after
 
 PROXY_URL_ENV = "WAKEFUL_PROXY_URL"
@@ -177,6 +178,7 @@ class RouteClient:
         headers = {}
         if method not in READ_METHODS and self.idempotency_key:
             headers["Idempotency-Key"] = self.idempotency_key
+        headers.update(telemetry.headers())  # W3C traceparent: the proxy's span joins the trace
         try:
             with self.http() as http:
                 if method in READ_METHODS:

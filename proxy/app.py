@@ -46,6 +46,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route as StarletteRoute
 from starlette.types import Receive, Scope, Send
 
+import telemetry
 from store.budget import WriteBudget
 from store.grants import OUTCOMES, UNGRANTED, UNKNOWN_ROUTE, GrantCheck
 
@@ -157,6 +158,17 @@ class Proxy:
             trust_env=False)  # HTTP(S)_PROXY and netrc are not this process's business
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Continues the worker's trace (its traceparent); the request's attributes are its
+        # route, method and outcome, never a header, a query or a body.
+        if not telemetry.on():
+            return await self.serve(scope, receive, send)
+        route = target_of(scope.get("raw_path") or scope["path"].encode()).route
+        name = route if route in self.routes else "(unknown)"
+        with telemetry.span(f"{scope['method']} /{name}", kind=telemetry.SERVER, parent=Headers(scope=scope),
+                            attributes={"http.request.method": scope["method"], "wakeful.route": name}):
+            await self.serve(scope, receive, send)
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.monotonic()
         method = scope["method"]
         headers = Headers(scope=scope)
@@ -227,6 +239,7 @@ class Exchange:
     def __init__(self, proxy: Proxy, send: Send, route: str, method: str, path: str, started: float) -> None:
         self.proxy, self.send = proxy, send
         self.route, self.method, self.path, self.started = route, method, path, started
+        self.span = telemetry.current()  # the request's span (Proxy.__call__)
 
     async def refuse(self, check: GrantCheck, status: int, outcome: str) -> None:
         # Recorded first: by the time the caller reads the refusal, the audit has it. A caller
@@ -247,6 +260,9 @@ class Exchange:
 
     async def record(self, check: GrantCheck, status: int, size: int, outcome: str, written: bool = True) -> None:
         ms = int((time.monotonic() - self.started) * 1000)
+        traced = {"http.response.status_code": status, "wakeful.proxy.outcome": outcome,
+                  "wakeful.inbox": check.inbox, "wakeful.generation": check.generation}
+        self.span.set_attributes({k: v for k, v in traced.items() if v is not None})
         log.info("proxy: %s %s %s -> %s %s (%d bytes, %d ms, inbox %s, generation %s)%s", self.route,
                  self.method, self.path[:200], status, outcome, size, ms, check.inbox, check.generation,
                  "" if written else " not recorded: over the refusal budget")
@@ -268,13 +284,23 @@ class Exchange:
                                                      (b"accept-encoding", b"identity")]
         client = self.proxy.client
         assert client is not None, "the proxy's HTTP client starts with the app (lifespan)"
+        if not telemetry.on():
+            return await self._forward(check, client, url, outgoing, body, receive, telemetry.current())
+        with telemetry.span(self.method, kind=telemetry.CLIENT, attributes={
+                "http.request.method": self.method, "server.address": httpx.URL(route.upstream).host,
+                "wakeful.route": route.name}) as upstream_span:
+            await self._forward(check, client, url, outgoing, body, receive, upstream_span)
+
+    async def _forward(self, check: GrantCheck, client: httpx.AsyncClient, url: str,
+                       outgoing: list[tuple[bytes, bytes]], body: bytes, receive: Receive, span: Any) -> None:
         try:
             request = client.build_request(self.method, url, headers=outgoing, content=body)
             upstream = await client.send(request, stream=True)
+            span.set_attribute("http.response.status_code", upstream.status_code)
         except httpx.TimeoutException:
             return await self.refuse(check, 504, "upstream_timeout")
         except (httpx.HTTPError, ValueError) as exc:
-            log.warning("proxy: %s upstream unreachable: %s", route.name, type(exc).__name__)
+            log.warning("proxy: %s upstream unreachable: %s", self.route, type(exc).__name__)
             return await self.refuse(check, 502, "upstream_down")
         if not decodable(upstream):
             await upstream.aclose()
@@ -332,6 +358,7 @@ class Exchange:
 
 def create_app(routes: Mapping[str, Route], store: Any, settings: ProxySettings | None = None) -> Starlette:
     """The proxy as an ASGI app: ``GET /healthz`` and every ``/{route}/...`` path."""
+    telemetry.setup("proxy")  # traces, when an exporter is configured (docs/operating.md)
     proxy = Proxy(routes, store, settings or ProxySettings())
 
     @asynccontextmanager

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from celery import Celery
 from celery.signals import beat_init, celeryd_init, worker_process_init
 
+import telemetry
 from tasks import embedded, redis_guard
 from tasks.celeryconfig import QUEUES, celery_config
 from tasks.settings import settings
@@ -55,6 +56,25 @@ _guard_flower()
 # a worker).
 app = Celery("wakeful", task_cls="tasks.guard:GuardedTask")
 app.config_from_object(celery_config(settings))
+
+
+def _celery_role(argv: list[str]) -> str:
+    """``beat``, or a worker's node name (``runs``, ``control`` from ``-n runs@%h``)."""
+    if "beat" in argv:
+        return "beat"
+    for flag, value in zip(argv, argv[1:]):
+        if flag in ("-n", "--hostname"):
+            return value.partition("@")[0] or "worker"
+    return next((a.partition("=")[2].partition("@")[0] for a in argv if a.startswith("--hostname=")), "worker")
+
+
+# Traces (docs/operating.md "Traces"): when an exporter is configured, every process that
+# loads the app (workers, beat, and the web edge through the doorbell) carries the trace
+# context in its task messages' headers; a prefork child inherits the instrumentation.
+if telemetry.setup(_celery_role(sys.argv)):
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    CeleryInstrumentor().instrument()
 
 if settings.embedded_broker:
     embedded.configure(settings.embedded_poll_interval)

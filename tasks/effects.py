@@ -18,6 +18,8 @@ from typing import Any
 
 from celery.signals import celeryd_init
 
+import telemetry
+
 from tasks.application import app
 from tasks.celeryconfig import RUNS_QUEUE
 from tasks.doorbell import _RETRY, ring, ring_dispatch
@@ -61,6 +63,8 @@ def execute_effects(inbox: Any = None, tool_use_id: Any = None) -> dict[str, Any
     book = Effects(get_store())
     if isinstance(inbox, str) and isinstance(tool_use_id, str):
         done = execute(book, cfg, inbox, tool_use_id)
+        telemetry.annotate(**{"wakeful.inbox": inbox, "gen_ai.tool.call.id": tool_use_id,
+                              "gen_ai.tool.name": done.tool or None, "wakeful.effect.outcome": done.outcome})
         if done.outcome not in ("skipped", "waiting"):
             ring(inbox)  # the result is an event: wake the agent
         return {"executed": [done.inbox, done.tool_use_id, done.tool, done.outcome]}

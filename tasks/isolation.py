@@ -61,6 +61,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
+import telemetry
 from store import Outcome
 
 from agent import Agent, Run
@@ -135,7 +136,8 @@ def _run_apart(pickled: bytes, run: Run, deadline: float, agent_module: str | No
     ctx = _context_for_children(agent_module)
     ours, theirs = ctx.Pipe()
     child = ctx.Process(target=_child, name=f"wakeful-apart-{run.inbox}"[:60], daemon=False,
-                        args=(theirs, pickled, run.inbox, run.events, run.generation, run.memory))
+                        args=(theirs, pickled, run.inbox, run.events, run.generation, run.memory,
+                              telemetry.headers()))
     child.start()
     theirs.close()
     try:
@@ -231,7 +233,18 @@ def _exception(value: tuple[bytes | None, str, str]) -> BaseException:
 
 # --- the child ------------------------------------------------------------------------------
 def _child(conn: Any, pickled: bytes, inbox: str, events: list[Any], generation: int,
-           memory: dict[str, Any]) -> None:
+           memory: dict[str, Any], trace: dict[str, str] | None = None) -> None:
+    # The agent's spans join the run's trace (docs/operating.md "Traces"), and are flushed
+    # before the answer: the worker may kill this process once it has it.
+    if trace and telemetry.setup("apart"):
+        with telemetry.continued(trace):
+            _run_child(conn, pickled, inbox, events, generation, memory, telemetry.flush)
+    else:
+        _run_child(conn, pickled, inbox, events, generation, memory, lambda: None)
+
+
+def _run_child(conn: Any, pickled: bytes, inbox: str, events: list[Any], generation: int,
+               memory: dict[str, Any], flush: Any) -> None:
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     lock = threading.Lock()  # the agent may heartbeat from several threads of its own
 
@@ -260,6 +273,7 @@ def _child(conn: Any, pickled: bytes, inbox: str, events: list[Any], generation:
         exc.add_note(f"in the run's own process (pid {os.getpid()}):\n"
                      + "".join(traceback.format_exception(exc)))
         reply = _Request("error", _pickled_exception(exc))
+    flush()
     with lock:
         try:
             conn.send(reply)

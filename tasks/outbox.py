@@ -15,6 +15,7 @@ from tasks import faults
 from tasks.application import app
 from tasks.approval_links import with_links
 from tasks.channels import Send, load_channel
+from tasks.channels.traced import traced
 from tasks.runtime import get_store
 from tasks.settings import settings
 
@@ -28,6 +29,7 @@ def get_channel() -> Send:
     if _channel is None:
         # Approval links are minted here, never in the worker that runs agent code.
         _channel = faults.wrap_send(with_links(load_channel(settings.outbox_channel, settings)))
+        _channel = traced(_channel, settings.outbox_channel)  # a span per send, when traces are on
     return _channel
 
 

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+import telemetry
 from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunStep, Store
 from store.spend import Budget, Usage, Verdict
 
@@ -243,6 +244,18 @@ def _loop(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str,
 
 def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str, Any],
               claim_next: bool) -> tuple[dict[str, Any], RunStep]:
+    """One run, a span of the trace that rang this task (docs/operating.md "Traces")."""
+    with telemetry.span("wakeful.run", attributes={
+            "wakeful.inbox": lease.inbox, "wakeful.generation": lease.generation,
+            "wakeful.event_ids": [e.id for e in events],
+            "wakeful.event_sources": sorted({e.source for e in events})}):
+        result, step = _run_batch(lease, agent, events, memory, claim_next)
+        telemetry.annotate(**{"wakeful.run.outcome": result.get("outcome")})
+        return result, step
+
+
+def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str, Any],
+               claim_next: bool) -> tuple[dict[str, Any], RunStep]:
     inbox = lease.inbox
     ids = [e.id for e in events]
     result: dict[str, Any] = {"events": ids}

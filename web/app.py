@@ -17,6 +17,8 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+import telemetry
+
 from . import approvals, ops, receivers
 from .access_log import AccessLog
 from .edge import Check, Edge, Ring, _default_store
@@ -63,6 +65,7 @@ def create_app(
     - ``clock``: seconds since the epoch; signatures' timestamps and tokens are judged by it.
     """
     settings = settings or WebSettings.from_env()
+    telemetry.setup("web")  # traces, when an exporter is configured (docs/operating.md)
     edge = Edge(
         settings=settings,
         store_factory=(lambda: store) if store is not None else _default_store,

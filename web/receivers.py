@@ -19,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+import telemetry
+
 from .body import check_json_content_type, parse_object, read_bounded
 from .edge import Context, Edge, guarded
 from .refusals import Refused
@@ -96,6 +98,16 @@ SENDERS: dict[str, Sender] = {
 
 
 def receiver(sender: Sender) -> Callable[[Request, Edge, Context], Any]:
+    async def traced(request: Request, edge: Edge, ctx: Context) -> Response:
+        # A wake's trace starts here, a new one: a sender's own traceparent is not trusted.
+        with telemetry.span(f"POST /hooks/{sender.source}/{{inbox}}", kind=telemetry.SERVER, attributes={
+                "http.request.method": "POST", "http.route": f"/hooks/{sender.source}/{{inbox}}",
+                "wakeful.inbox": request.path_params.get("inbox"), "wakeful.event.source": sender.source}):
+            response = await receive(request, edge, ctx)
+            telemetry.annotate(**{"http.response.status_code": response.status_code,
+                                  "wakeful.event.source_id": ctx.source_id})
+            return response
+
     async def receive(request: Request, edge: Edge, ctx: Context) -> Response:
         ctx.source = sender.source
         settings = edge.settings
@@ -126,8 +138,8 @@ def receiver(sender: Sender) -> Callable[[Request, Edge, Context], Any]:
             status_code=202 if stored else 200,
         )
 
-    receive.__name__ = f"receive_{sender.source}"
-    return receive
+    traced.__name__ = f"receive_{sender.source}"
+    return traced
 
 
 async def _ingest(edge: Edge, inbox: str, source: str, source_id: str, payload: dict[str, Any]) -> bool:
