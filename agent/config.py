@@ -40,9 +40,9 @@ RUNTIME_TOOLS = ("stay_silent", "mark_urgent")
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
 
 _AGENT_KEYS = {"model", "system", "max_tokens", "max_model_calls", "trusted_sources", "timeout",
-               "max_retries", "conversation_budget", "effect_timeout"}
+               "max_retries", "conversation_budget", "effect_timeout", "approver"}
 _TOOL_KEYS = {"call", "routes", "route", "method", "path", "policy", "effect", "description", "input_schema",
-              "approval_ttl", "delivery", "trusted_output"}
+              "approval_ttl", "delivery", "trusted_output", "approver"}
 
 
 class ConfigError(ValueError):
@@ -66,6 +66,8 @@ class Tool:
     # Its answers reach the model as the owner's words (not data, no taint): declared only
     # for a tool whose output no outsider can write.
     trusted_output: bool = False
+    # Who gets an ask's link (store/approvals.py): None takes [agent] approver.
+    approver: str | None = None
 
     @property
     def grant_routes(self) -> tuple[str, ...]:
@@ -96,6 +98,8 @@ class AgentConfig:
     # An executing effect whose executor has been silent this long is taken again
     # (at-least-once) or reported interrupted (at-most-once).
     effect_timeout: int = 300
+    # Who gets the link of an ask: "self" (the inbox's own user), "inbox:NAME" or "channel:NAME".
+    approver: str = "self"
     tools: dict[str, Tool] = field(default_factory=dict)
     # The names of the [routes.*] tables (the egress proxy's; their contents are not read
     # here): with "anthropic" among them the model is reached through the proxy.
@@ -157,6 +161,7 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
             raise ConfigError(f"{path}: [agent] timeout must be a positive number of seconds")
         values["timeout"] = float(timeout)
     values["trusted_sources"] = _trusted_sources(path, agent.get("trusted_sources", []))
+    values["approver"] = _approver(path, "[agent]", agent.get("approver", "self"))
     tools = raw.get("tools", {})
     if not isinstance(tools, dict):
         raise ConfigError(f"{path}: [tools] must hold one [tools.NAME] table per tool")
@@ -214,9 +219,19 @@ def _tool(path: str, name: str, spec: Any) -> Tool:
                 description=_text(path, where, spec, "description", default=""), input_schema=schema,
                 call=spec.get("call"), route=spec.get("route"), method=str(spec.get("method", "GET")).upper(),
                 path=str(spec.get("path", "/")), routes=_route_names(path, where, spec),
-                trusted_output=trusted_output)
+                trusted_output=trusted_output,
+                approver=_approver(path, where, spec["approver"]) if "approver" in spec else None)
     _check_runnable(path, where, tool)
     return tool
+
+
+def _approver(path: str, where: str, value: Any) -> str:
+    from store.approvals import approver
+
+    try:
+        return approver(value)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {where}: {exc}") from None
 
 
 def _route_names(path: str, where: str, spec: dict[str, Any]) -> tuple[str, ...]:

@@ -249,7 +249,8 @@ def requeue(event_id: Optional[int] = typer.Argument(None, help="A dead event's 
 def approvals(inbox: Optional[str] = INBOX,
               all_: bool = typer.Option(False, "--all", help="Answered and expired ones too."),
               as_json: bool = JSON) -> None:
-    """Approvals waiting for an answer, soonest deadline first."""
+    """Approvals waiting for an answer, soonest deadline first: who was sent the link
+    (approver) and, with --all, whose answer stands (by: an approver, or cli)."""
     now = int(time.time())
     with opened_store() as store:
         if inbox is not None:
@@ -260,9 +261,11 @@ def approvals(inbox: Optional[str] = INBOX,
         emit_json([{**asdict(a), "tool": tools.get((a.inbox, a.request_id), (None,))[0],
                     "input": tools.get((a.inbox, a.request_id), (None, None))[1]} for a in rows])
         return
-    table(["inbox", "request_id", "action", "tool", "input", "requested", "deadline", "", "answer"],
+    table(["inbox", "request_id", "action", "tool", "input", "requested", "deadline", "", "approver",
+           "answer", "by"],
           [[a.inbox, a.request_id, a.action, *tools.get((a.inbox, a.request_id), ("-", "-")),
-            when(a.created), when(a.deadline), relative(a.deadline, now), a.answer or "pending"]
+            when(a.created), when(a.deadline), relative(a.deadline, now), a.approver, a.answer or "pending",
+            a.answered_by or "-"]
            for a in rows],
           "no pending approvals" if not all_ else "no approvals")
 
@@ -272,7 +275,7 @@ def answer(inbox: str, request_id: str,
     """Answer an approval; prints the outcome that stands (yes, no, expired or unknown)."""
     try:
         with opened_store() as store:
-            outcome = store.answer_approval(inbox, request_id, reply)
+            outcome = store.answer_approval(inbox, request_id, reply, by="cli")
     except ValueError as exc:
         fail(f"rejected: {exc}", as_json, code=2)
     if outcome != "unknown":

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from . import approvals, effects, memory, timers, validate
-from .records import InvalidOutcome, Message, Outcome
+from . import approvals, effects, memory, outbox, timers, validate
+from .records import InvalidOutcome, Outcome
 from .settings import StoreSettings
-from .tables import outbox
 
 
 def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, generation: int, now: int) -> None:
@@ -27,16 +26,8 @@ def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, gene
 
 
 def _apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now: int) -> None:
-    messages = [m if isinstance(m, Message) else Message(m) for m in outcome.messages]
-    if messages:
-        conn.execute(
-            outbox.insert(),
-            [
-                {"inbox": inbox, "body": validate.text_value("message body", m.body),
-                 "urgent": bool(m.urgent), "created": now}
-                for m in messages
-            ],
-        )
+    if outcome.messages:
+        outbox.write_messages(conn, inbox, outcome.messages, now)
     for a in outcome.approvals:
         approvals.request(conn, s, inbox, a.request_id, a.action, a.expires_in, now)
     for t in outcome.timers:
