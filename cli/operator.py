@@ -308,16 +308,17 @@ def timers(inbox: str = REQUIRED_INBOX, as_json: bool = JSON) -> None:
 
 
 def outbox(inbox: str = REQUIRED_INBOX, as_json: bool = JSON) -> None:
-    """An inbox's messages: held ones (waiting for the gap) and sent ones."""
+    """An inbox's messages: held ones (waiting for the gap) and sent ones, each a reply,
+    notice or approval (an approval for a named channel shows that channel)."""
     with opened_store() as store:
         require_inbox(store, inbox, as_json)
         rows = store.outbox(inbox)
     if as_json:
         emit_json([asdict(m) for m in rows])
         return
-    table(["id", "created", "urgent", "sent", "body"],
-          [[m.id, when(m.created), "yes" if m.urgent else "", when(m.sent_at) if m.sent_at else "held",
-            m.body] for m in rows],
+    table(["id", "created", "kind", "urgent", "sent", "body"],
+          [[m.id, when(m.created), m.kind + (f" ({m.channel})" if m.channel else ""), "yes" if m.urgent else "",
+            when(m.sent_at) if m.sent_at else "held", m.body] for m in rows],
           f"inbox {inbox!r} has no messages")
 
 

@@ -2,7 +2,9 @@
 
 Format: ``<expires>.<base64url HMAC-SHA256(key, canonical(purpose, inbox, request_id, expires))>``,
 where ``canonical`` is a JSON array, so no choice of inbox or request id can collide with
-another's (no separator ambiguity). The token carries no data but its expiry; the inbox and
+another's (no separator ambiguity). A link for another approver than the inbox's own user
+(``inbox:ops``, ``channel:NAME``: store/approvals.py) signs the approver as a fifth element,
+so it answers as that approver only, and its URL says who (``&by=``). The token carries no data but its expiry; the inbox and
 request id come from the URL and must be the ones it was made for.
 
 Why the standard library's ``hmac`` and not itsdangerous: the token is one fixed-format
