@@ -129,10 +129,13 @@ def dispatch(engine: Engine, s: StoreSettings, inbox: str, send: Callable[[Outgo
         try:
             send(message)
         except BaseException:
-            if delivery == AT_LEAST_ONCE:
-                with transaction(engine) as conn:  # let the next dispatch retry now, same keys
+            with transaction(engine) as conn:
+                if delivery == AT_LEAST_ONCE:  # let the next dispatch retry now, same keys
                     conn.execute(update(outbox).where(
                         outbox.c.dispatch_key.in_([m.key for m in messages[i:]]), HELD).values(claimed_at=None))
+                else:  # at-most-once: the messages not tried yet were never sent; hold them again
+                    conn.execute(update(outbox).where(outbox.c.dispatch_key.in_([m.key for m in messages[i + 1:]]))
+                                 .values(sent_at=None, dispatch_key=None, claimed_at=None))
             raise
         if delivery == AT_LEAST_ONCE:
             with transaction(engine) as conn:

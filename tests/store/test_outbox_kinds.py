@@ -177,3 +177,18 @@ def test_who_answered_is_bounded(store: Store) -> None:
     store.request_approval("a", "r1", "refund", 60, now=T)
     with pytest.raises(InvalidEvent, match="by"):
         store.answer_approval("a", "r1", "yes", by="x" * 500, now=T)
+
+
+def test_a_channel_that_fails_leaves_every_row_held_for_the_next_dispatch(store: Store) -> None:
+    run(store, "cust", T, "chat", ask("channel:approvers"))
+
+    def down(message: OutgoingMessage) -> None:
+        if message.channel == "approvers":
+            raise ConnectionError("the approvers' channel is down")
+
+    with pytest.raises(ConnectionError):
+        store.dispatch("cust", down, now=T)
+    assert all(r.sent_at is None for r in store.outbox("cust"))
+    sent: list[OutgoingMessage] = []
+    assert store.dispatch("cust", sent.append, now=T + 1) == 2
+    assert sorted(str(m.channel) for m in sent) == ["None", "approvers"]
