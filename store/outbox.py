@@ -70,24 +70,33 @@ def _row(inbox: str, body: str, now: int, kind: str, urgent: bool, fields: dict[
             "urgent": bool(urgent), "fields": fields, "channel": channel, "created": now}
 
 
-def write_messages(conn: Connection, inbox: str, messages: Sequence[str | Message], now: int) -> None:
-    """A run's messages; a ``reply`` stays one only while a reply is owed (the reply rule)."""
+def write_messages(conn: Connection, inbox: str, messages: Sequence[str | Message], now: int,
+                   event_ids: Sequence[int] = ()) -> None:
+    """A run's messages (its batch: ``event_ids``); a ``reply`` stays one only while a reply
+    is owed (the reply rule)."""
     messages = [m if isinstance(m, Message) else Message(m) for m in messages]
     for m in messages:
         if m.kind not in ("reply", "notice"):
             raise InvalidOutcome(f"a run's message is a reply or a notice, got kind {m.kind!r}")
-    replying = any(m.kind == "reply" for m in messages) and _take_owed_reply(conn, inbox)
+    replying = any(m.kind == "reply" for m in messages) and _take_owed_reply(conn, inbox, event_ids)
     conn.execute(outbox.insert(), [_row(inbox, m.body, now, "reply" if replying and m.kind == "reply" else "notice",
                                         m.urgent) for m in messages])
 
 
-def _take_owed_reply(conn: Connection, inbox: str) -> bool:
-    """Whether a reply is owed; if so, mark the person's events up to the newest as answered."""
+def _take_owed_reply(conn: Connection, inbox: str, event_ids: Sequence[int]) -> bool:
+    """Whether a reply is owed; if so, mark the person's events up to the newest as answered.
+    The run's own batch is looked at first (its rows by key); the inbox's history only when
+    the batch holds nothing from the person (the answer after a tool call or an approval)."""
     answered = select(func.coalesce(inboxes.c.replied_through, 0)).where(
         inboxes.c.inbox == inbox).scalar_subquery()
-    newest = conn.execute(select(func.max(events.c.id)).where(
-        events.c.inbox == inbox, events.c.status == "done", events.c.id > answered,
-        events.c.source.not_in(NOT_THE_PERSON))).scalar()
+    from_the_person = (events.c.inbox == inbox, events.c.status == "done", events.c.id > answered,
+                       events.c.source.not_in(NOT_THE_PERSON))
+    newest = None
+    if event_ids:
+        newest = conn.execute(select(func.max(events.c.id)).where(
+            events.c.id.in_(list(event_ids)), *from_the_person)).scalar()
+    if newest is None:
+        newest = conn.execute(select(func.max(events.c.id)).where(*from_the_person)).scalar()
     if newest is None:
         return False
     conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(replied_through=newest))
