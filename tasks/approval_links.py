@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -38,23 +39,27 @@ def with_links(send: Any) -> Any:
 
 
 def linked(message: OutgoingMessage) -> OutgoingMessage:
-    """The message with each approval item's ``link`` field set and every marker replaced."""
-    links: dict[str, str] = {}
-    items = []
-    for item in message.items:
-        fields = item.fields or {}
-        if item.kind == "approval" and isinstance(fields.get("request_id"), str):
-            made = link(str(fields.get("inbox") or message.inbox), fields["request_id"], fields.get("approver"))
-            links[fields["request_id"]] = made
-            item = replace(item, fields={**fields, "link": made})
-        items.append(item)
-    # A marker of a row written before approvals had fields: the message's own inbox, as then.
-    mint = lambda m: links.get(m.group(1)) or link(message.inbox, m.group(1))  # noqa: E731
+    """The message with each approval item's ``link`` field set and its marker replaced, by
+    that item's own approval (an operator's message merges requests of several inboxes)."""
+    if not message.items:  # a message made by hand, not by the store: its own inbox's links
+        return replace(message, body=_fill(message.body, lambda rid: link(message.inbox, rid)))
+    items = tuple(_linked_item(message.inbox, item) for item in message.items)
+    return replace(message, body="\n\n".join(i.body for i in items), items=items)
 
-    def filled(item: OutboxItem) -> OutboxItem:
-        return replace(item, body=_MARKER.sub(mint, item.body)) if LINK_MARKER_PREFIX in item.body else item
 
-    return replace(message, body=_MARKER.sub(mint, message.body), items=tuple(filled(i) for i in items))
+def _linked_item(inbox: str, item: OutboxItem) -> OutboxItem:
+    fields = item.fields or {}
+    if item.kind != "approval" or not isinstance(fields.get("request_id"), str):
+        # A row written before approvals had fields: the message's own inbox, as then.
+        return replace(item, body=_fill(item.body, lambda rid: link(inbox, rid)))
+    made = link(str(fields.get("inbox") or inbox), fields["request_id"], fields.get("approver"))
+    mine = fields["request_id"]
+    return replace(item, fields={**fields, "link": made},
+                   body=_fill(item.body, lambda rid: made if rid == mine else "(no link)"))
+
+
+def _fill(text: str, make: Callable[[str], str]) -> str:
+    return _MARKER.sub(lambda marker: make(marker.group(1)), text) if LINK_MARKER_PREFIX in text else text
 
 
 def link(inbox: str, request_id: str, approver: str | None = None) -> str:

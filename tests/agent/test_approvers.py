@@ -168,3 +168,24 @@ def test_the_approval_token_binds_its_approver() -> None:
     link = approval_link("cust", "toolu_1", approver="inbox:ops", base_url="https://x", secret=SECRET)
     assert re.search(r"\?token=\d+\.[\w-]+&by=inbox%3Aops$", link)
     assert "by=" not in approval_link("cust", "toolu_1", base_url="https://x", secret=SECRET)
+
+
+def test_an_operators_merged_message_links_each_request_to_its_own_inbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two customers' requests, with the same tool use id, in one message to ``ops``: each
+    item's link is made for its own inbox and the operator, in its fields and in its text."""
+    from store import OutboxItem, OutgoingMessage
+    from store.effects import LINK_MARKER
+    from tasks.approval_links import linked
+
+    monkeypatch.setenv("WAKEFUL_APPROVAL_SECRET", SECRET)
+    monkeypatch.setenv("WAKEFUL_PUBLIC_URL", "https://approve.example")
+    items = tuple(OutboxItem(i, "approval", f"refund for {who}: {LINK_MARKER.format('toolu_same')}", True,
+                             {"inbox": who, "request_id": "toolu_same", "approver": "inbox:ops"})
+                  for i, who in ((1, "ann"), (2, "bob")))
+    message = linked(OutgoingMessage("ops", "outbox-1", "\n\n".join(i.body for i in items), True, (1, 2),
+                                     items=items))
+    ann, bob = (i.fields["link"] for i in message.items)
+    assert ann.startswith("https://approve.example/approvals/ann/toolu_same?token=")
+    assert bob.startswith("https://approve.example/approvals/bob/toolu_same?token=")
+    assert ann.endswith("&by=inbox%3Aops") and bob.endswith("&by=inbox%3Aops")
+    assert message.body == f"refund for ann: {ann}\n\nrefund for bob: {bob}"
