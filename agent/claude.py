@@ -165,7 +165,8 @@ class ClaudeRun:
                 text = self._talk()
         messages: list[str | Message] = []
         if text and not self.silent:
-            messages.append(Message(defang(text), urgent=self.urgent))
+            # A reply: sent inside the outbox gap while one is owed to the person (store/outbox.py).
+            messages.append(Message(defang(text), urgent=self.urgent, kind="reply"))
         # Budget reached: the input stays in the conversation, answered when the next day's
         # budget wakes the inbox (docs/agent.md, "Budgets").
         resume = [Timer(BUDGET_TIMER, {"budget": "resumes"}, due=self.resumes_at)] if self.resumes_at else []
@@ -300,7 +301,8 @@ class ClaudeRun:
         ask = d.kind == "ask"
         self.effects.append(Effect(use_id, name, tool_input, delivery=d.tool.delivery,  # type: ignore[arg-type]
                                    approval_ttl=d.tool.approval_ttl if ask else None,
-                                   words=words.strip(), why=d.reason))
+                                   words=words.strip(), why=d.reason,
+                                   approver=d.tool.approver or self.cfg.approver))
         self.convo.waiting[use_id] = "ask" if ask else "effect"
         return None
 

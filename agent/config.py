@@ -50,9 +50,10 @@ RUNTIME_TOOLS = ("stay_silent", "mark_urgent")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
 
 _AGENT_KEYS = {"model", "system", "max_tokens", "max_model_calls", "trusted_sources", "timeout",
-               "max_retries", "conversation_budget", "effect_timeout"}
+               "max_retries", "conversation_budget", "effect_timeout", "approver"}
 # What every tool's table may say, whatever its source (tool_settings below).
-TOOL_SETTINGS = {"policy", "effect", "description", "input_schema", "approval_ttl", "delivery", "trusted_output"}
+TOOL_SETTINGS = {"policy", "effect", "description", "input_schema", "approval_ttl", "delivery", "trusted_output",
+                 "approver"}
 
 
 class ConfigError(ValueError):
@@ -78,6 +79,8 @@ class Tool:
     # Its answers reach the model as the owner's words (not data, no taint): declared only
     # for a tool whose output no outsider can write.
     trusted_output: bool = False
+    # Who gets an ask's link (store/approvals.py): None takes [agent] approver.
+    approver: str | None = None
     # The source that runs it (agent/sources.py): "python", "http", "mcp.NAME", "wakes".
     # Left empty, it is "python" for a call and "http" for a route.
     source: str = ""
@@ -115,6 +118,8 @@ class AgentConfig:
     # An executing effect whose executor has been silent this long is taken again
     # (at-least-once) or reported interrupted (at-most-once).
     effect_timeout: int = 300
+    # Who gets the link of an ask: "self" (the inbox's own user), "inbox:NAME" or "channel:NAME".
+    approver: str = "self"
     # Every tool source of the config, by name (agent/sources.py), in the file's order.
     sources: dict[str, ToolSource] = field(default_factory=dict)
     # The names of the [routes.*] tables (the egress proxy's; their contents are not read
@@ -239,6 +244,7 @@ def _agent_values(path: str, agent: Any) -> dict[str, Any]:
             raise ConfigError(f"{path}: [agent] timeout must be a positive number of seconds")
         values["timeout"] = float(timeout)
     values["trusted_sources"] = _trusted_sources(path, agent.get("trusted_sources", []))
+    values["approver"] = _approver(path, "[agent]", agent.get("approver", "self"))
     return values
 
 
@@ -303,9 +309,21 @@ def tool_settings(path: str, where: str, spec: dict[str, Any], default_policy: s
     trusted_output = spec.get("trusted_output", False)
     if not isinstance(trusted_output, bool):
         raise ConfigError(f"{path}: {where}: trusted_output must be true or false")
-    return {"policy": policy, "effect": effect, "delivery": DELIVERIES[delivery], "approval_ttl": ttl,
-            "description": text(path, where, spec, "description", default=""), "input_schema": schema,
-            "trusted_output": trusted_output}
+    settings = {"policy": policy, "effect": effect, "delivery": DELIVERIES[delivery], "approval_ttl": ttl,
+                "description": text(path, where, spec, "description", default=""), "input_schema": schema,
+                "trusted_output": trusted_output}
+    if "approver" in spec:
+        settings["approver"] = _approver(path, where, spec["approver"])
+    return settings
+
+
+def _approver(path: str, where: str, value: Any) -> str:
+    from store.approvals import approver
+
+    try:
+        return approver(value)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {where}: {exc}") from None
 
 
 def no_unknown_keys(path: str, where: str, table: dict[str, Any], known: set[str]) -> None:

@@ -280,7 +280,8 @@ def requeue(event_id: Optional[int] = typer.Argument(None, help="A dead event's 
 def approvals(inbox: Optional[str] = INBOX,
               all_: bool = typer.Option(False, "--all", help="Answered and expired ones too."),
               as_json: bool = JSON) -> None:
-    """Approvals waiting for an answer, soonest deadline first."""
+    """Approvals waiting for an answer, soonest deadline first: who was sent the link
+    (approver) and, with --all, whose answer stands (by: an approver, or cli)."""
     now = int(time.time())
     with opened_store() as store:
         if inbox is not None:
@@ -291,9 +292,11 @@ def approvals(inbox: Optional[str] = INBOX,
         emit_json([{**asdict(a), "tool": tools.get((a.inbox, a.request_id), (None,))[0],
                     "input": tools.get((a.inbox, a.request_id), (None, None))[1]} for a in rows])
         return
-    table(["inbox", "request_id", "action", "tool", "input", "requested", "deadline", "", "answer"],
+    table(["inbox", "request_id", "action", "tool", "input", "requested", "deadline", "", "approver",
+           "answer", "by"],
           [[a.inbox, a.request_id, a.action, *tools.get((a.inbox, a.request_id), ("-", "-")),
-            when(a.created), when(a.deadline), relative(a.deadline, now), a.answer or "pending"]
+            when(a.created), when(a.deadline), relative(a.deadline, now), a.approver, a.answer or "pending",
+            a.answered_by or "-"]
            for a in rows],
           "no pending approvals" if not all_ else "no approvals")
 
@@ -303,7 +306,7 @@ def answer(inbox: str, request_id: str,
     """Answer an approval; prints the outcome that stands (yes, no, expired or unknown)."""
     try:
         with opened_store() as store:
-            outcome = store.answer_approval(inbox, request_id, reply)
+            outcome = store.answer_approval(inbox, request_id, reply, by="cli")
     except ValueError as exc:
         fail(f"rejected: {exc}", as_json, code=2)
     if outcome != "unknown":
@@ -336,16 +339,17 @@ def timers(inbox: str = REQUIRED_INBOX, as_json: bool = JSON) -> None:
 
 
 def outbox(inbox: str = REQUIRED_INBOX, as_json: bool = JSON) -> None:
-    """An inbox's messages: held ones (waiting for the gap) and sent ones."""
+    """An inbox's messages: held ones (waiting for the gap) and sent ones, each a reply,
+    notice or approval (an approval for a named channel shows that channel)."""
     with opened_store() as store:
         require_inbox(store, inbox, as_json)
         rows = store.outbox(inbox)
     if as_json:
         emit_json([asdict(m) for m in rows])
         return
-    table(["id", "created", "urgent", "sent", "body"],
-          [[m.id, when(m.created), "yes" if m.urgent else "", when(m.sent_at) if m.sent_at else "held",
-            m.body] for m in rows],
+    table(["id", "created", "kind", "urgent", "sent", "body"],
+          [[m.id, when(m.created), m.kind + (f" ({m.channel})" if m.channel else ""), "yes" if m.urgent else "",
+            when(m.sent_at) if m.sent_at else "held", m.body] for m in rows],
           f"inbox {inbox!r} has no messages")
 
 

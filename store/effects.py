@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, func, or_, select, update
 
-from . import approvals, display, retries, validate
+from . import approvals, display, outbox, retries, validate
 from . import inbox as inbox_rules
 from .db import clock, insert
 from .records import AT_LEAST_ONCE, AT_MOST_ONCE, Effect, EffectRow, InvalidOutcome
-from .tables import effects, outbox
+from .tables import effects
 
 if TYPE_CHECKING:
     from .store import Store
@@ -84,6 +84,7 @@ def add(conn: Connection, s: Any, inbox: str, effect: Effect, generation: int, n
     ttl = effect.approval_ttl
     if ttl is not None and (not isinstance(ttl, int) or isinstance(ttl, bool) or ttl <= 0):
         raise InvalidOutcome(f"approval_ttl must be a positive number of seconds, got {ttl!r}")
+    routed = approvals.approver(effect.approver) if ttl is not None else approvals.SELF
     words = defang(validate.text_value("words", effect.words or ""))[:WORDS_MAX]
     why = defang(validate.text_value("why", effect.why or ""))[:WORDS_MAX]
     stored = conn.execute(
@@ -97,10 +98,8 @@ def add(conn: Connection, s: Any, inbox: str, effect: Effect, generation: int, n
     ).scalar()
     if stored is None or ttl is None:
         return
-    approvals.request(conn, s, inbox, tool_use_id, f"{tool} {_compact(payload)}", ttl, now)
-    conn.execute(outbox.insert().values(inbox=inbox, body=_approval_body(tool, payload, words, why, tool_use_id,
-                                                                         now + ttl),
-                                        urgent=True, created=now))
+    approvals.request(conn, s, inbox, tool_use_id, f"{tool} {_compact(payload)}", ttl, now, routed)
+    _send_request(conn, inbox, tool_use_id, tool, payload, words, why, now + ttl, routed, now)
 
 
 def settle(conn: Connection, inbox: str, tool_use_id: str, now: int) -> str | None:
@@ -118,7 +117,46 @@ def settle(conn: Connection, inbox: str, tool_use_id: str, now: int) -> str | No
         return row.status
     conn.execute(update(effects).where(effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id)
                  .values(status=status, updated=now))
+    if approvals.approver_of(conn, inbox, tool_use_id) != approvals.SELF:
+        _tell_requester(conn, inbox, tool_use_id, status, now)
     return status
+
+
+def _send_request(conn: Connection, inbox: str, tool_use_id: str, tool: str, payload: dict[str, Any], words: str,
+                  why: str, deadline: int, routed: str, now: int) -> None:
+    """The approval request (with the link marker) to its approver; for another approver
+    than the inbox's own user, the requester gets a notice without the link."""
+    fields = {"inbox": inbox, "request_id": tool_use_id, "tool": tool, "input": payload, "words": words,
+              "why": why, "deadline": deadline, "approver": routed}
+    body = _approval_body(tool, payload, words, why, tool_use_id, deadline,
+                          for_inbox=None if routed == approvals.SELF else inbox)
+    where, _, name = routed.partition(":")
+    if routed == approvals.SELF:
+        outbox.write(conn, inbox, body, now, kind="approval", urgent=True, fields=fields)
+        return
+    if where == "inbox":
+        outbox.write(conn, name, body, now, kind="approval", urgent=True, fields=fields)
+    else:
+        outbox.write(conn, inbox, body, now, kind="approval", urgent=True, fields=fields, channel=name)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(deadline))
+    outbox.write(conn, inbox, f'The agent asked to run the tool "{display.escaped(tool)}"; it waits for '
+                              f"approval (until {when}). You will be told what was decided.",
+                 now, kind="notice", urgent=True,
+                 fields={"request_id": tool_use_id, "tool": tool, "status": "waiting", "deadline": deadline})
+
+
+# An effect's status after the answer: the decision as the requester's notice names it.
+_DECIDED = {"ready": ("approved", "was approved; it runs now"),
+            "refused": ("refused", "was refused; it does not run"),
+            "expired": ("expired", "was not answered in time; it does not run")}
+
+
+def _tell_requester(conn: Connection, inbox: str, tool_use_id: str, status: str, now: int) -> None:
+    tool = conn.execute(select(effects.c.tool).where(
+        effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id)).scalar() or ""
+    decided, said = _DECIDED[status]
+    outbox.write(conn, inbox, f'The request to run the tool "{display.escaped(tool)}" {said}.', now,
+                 kind="notice", urgent=True, fields={"request_id": tool_use_id, "tool": tool, "status": decided})
 
 
 def _compact(value: Any) -> str:
@@ -126,7 +164,7 @@ def _compact(value: Any) -> str:
 
 
 def _approval_body(tool: str, payload: dict[str, Any], words: str, why: str, tool_use_id: str,
-                   deadline: int) -> str:
+                   deadline: int, for_inbox: str | None = None) -> str:
     """The request as channels send it, by the approval page's rule (store/display.py)."""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(deadline))
     shown = display.for_approval(payload, words)
@@ -136,7 +174,8 @@ def _approval_body(tool: str, payload: dict[str, Any], words: str, why: str, too
     asked = f"\n{display.WHY_LABEL} {display.escaped(why)}" if why else ""
     # defanged whole: a key named in a flag is the model's text too
     shown_text = defang(f"{shown.input}{warning}{said}{asked}")
-    return (f'Approval needed: the agent wants to run the tool "{display.escaped(tool)}" with this '
+    whose = f" (inbox {display.escaped(for_inbox)})" if for_inbox is not None else ""
+    return (f'Approval needed{whose}: the agent wants to run the tool "{display.escaped(tool)}" with this '
             f"input:\n{shown_text}\nAnswer before {when}: {LINK_MARKER.format(tool_use_id)}")
 
 

@@ -1,5 +1,25 @@
 """The outbox: messages written with a run's completion, sent at most once per gap, merged.
 
+**Kinds.** A message is a ``reply``, a ``notice`` or an ``approval`` (a request for a human's
+yes, with its fields: tool, input, words, deadline; the dispatcher adds the signed link).
+
+**Pacing** applies to what the agent says unprompted. One rule decides whether a held row may
+go now (``_due``, used both by the dispatcher's claim and by the scan for due inboxes):
+
+* a ``reply`` goes at once, inside the gap;
+* an ``urgent`` message (an approval request is always urgent) goes at once and carries
+  everything held with it, urgent bodies first;
+* anything else waits until ``outbox_gap`` seconds have passed since the last send that
+  held a non-reply (a reply's send does not close the gap).
+
+**The reply rule.** A run asks for a reply with ``Message(kind="reply")``; the store grants it
+while a reply is *owed*: some event from the person the inbox talks to, finished by a run,
+has not been answered by a reply yet (``inboxes.replied_through``). The person's sources are
+every source except the runtime's own (``approval``, ``timer``, ``tool``) and the web edge's
+third-party webhooks (``github``, ``stripe``, ``standard``). So the answer that comes after a
+tool call or an approval is still the reply to the question that started it, while a timer's
+or a webhook's run speaks as a notice, paced. A reply not owed is stored as a notice.
+
 A dispatch never holds a transaction across the send:
 
 * at-least-once (the default): claim the held rows under a dispatch key and commit; send;
@@ -9,26 +29,102 @@ A dispatch never holds a transaction across the send:
 * at-most-once: mark the rows sent when claiming them, then send. A crash loses the message
   instead of repeating it.
 
-An urgent message opens the gap at once and carries everything held with it, urgent bodies
-first; it counts as the last send. Two dispatchers serialize on the inbox row: the second
-finds the rows claimed and sends nothing.
+Rows addressed to a named channel (an approver ``channel:NAME``) are sent apart from the
+inbox's own messages, one message per channel, and never count as the inbox's send. Two
+dispatchers serialize on the inbox row: the second finds the rows claimed and sends nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, or_, select, update
+from sqlalchemy import Boolean, Connection, Engine, case, func, or_, select, update
 
-from . import leases
+from . import leases, validate
 from .db import clock, transaction
-from .records import AT_LEAST_ONCE, AT_MOST_ONCE, OutboxRow, OutgoingMessage
+from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, InvalidOutcome, Message, OutboxItem, OutboxRow,
+                      OutgoingMessage)
 from .settings import StoreSettings
-from .tables import inboxes, outbox
+from .tables import HOOK_KINDS, events, inboxes, outbox
 
 HELD = outbox.c.sent_at.is_(None)
+KINDS = ("reply", "notice", "approval")
+# Events from these sources are not the person the inbox talks to (see the reply rule).
+NOT_THE_PERSON = tuple(sorted(validate.RUNTIME_SOURCES | set(HOOK_KINDS)))
 
+
+# -- writing (inside a finish) ---------------------------------------------------------------
+
+def write(conn: Connection, inbox: str, body: str, now: int, *, kind: str = "notice",
+          urgent: bool = False, fields: dict[str, Any] | None = None, channel: str | None = None) -> None:
+    """One row into ``inbox``'s outbox."""
+    conn.execute(outbox.insert(), [_row(inbox, body, now, kind, urgent, fields, channel)])
+
+
+def _row(inbox: str, body: str, now: int, kind: str, urgent: bool, fields: dict[str, Any] | None = None,
+         channel: str | None = None) -> dict[str, Any]:
+    if kind not in KINDS:
+        raise InvalidOutcome(f"a message's kind is one of {', '.join(KINDS)}, got {kind!r}")
+    return {"inbox": inbox, "body": validate.text_value("message body", body), "kind": kind,
+            "urgent": bool(urgent), "fields": fields, "channel": channel, "created": now}
+
+
+def write_messages(conn: Connection, inbox: str, messages: Sequence[str | Message], now: int,
+                   event_ids: Sequence[int] = ()) -> None:
+    """A run's messages (its batch: ``event_ids``); a ``reply`` stays one only while a reply
+    is owed (the reply rule)."""
+    messages = [m if isinstance(m, Message) else Message(m) for m in messages]
+    for m in messages:
+        if m.kind not in ("reply", "notice"):
+            raise InvalidOutcome(f"a run's message is a reply or a notice, got kind {m.kind!r}")
+    replying = any(m.kind == "reply" for m in messages) and _take_owed_reply(conn, inbox, event_ids)
+    conn.execute(outbox.insert(), [_row(inbox, m.body, now, "reply" if replying and m.kind == "reply" else "notice",
+                                        m.urgent) for m in messages])
+
+
+def _take_owed_reply(conn: Connection, inbox: str, event_ids: Sequence[int]) -> bool:
+    """Whether a reply is owed; if so, mark the person's events up to the newest as answered.
+    The run's own batch is looked at first (its rows by key); the inbox's history only when
+    the batch holds nothing from the person (the answer after a tool call or an approval)."""
+    answered = select(func.coalesce(inboxes.c.replied_through, 0)).where(
+        inboxes.c.inbox == inbox).scalar_subquery()
+    from_the_person = (events.c.inbox == inbox, events.c.status == "done", events.c.id > answered,
+                       events.c.source.not_in(NOT_THE_PERSON))
+    newest = None
+    if event_ids:
+        newest = conn.execute(select(func.max(events.c.id)).where(
+            events.c.id.in_(list(event_ids)), *from_the_person)).scalar()
+    if newest is None:
+        newest = conn.execute(select(func.max(events.c.id)).where(*from_the_person)).scalar()
+    if newest is None:
+        return False
+    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(replied_through=newest))
+    return True
+
+
+# -- the one pacing rule ---------------------------------------------------------------------
+
+def _due(s: StoreSettings, now: int) -> Any:
+    """Whether a held row may be sent at ``now``: unclaimed and (a reply, urgent, for a named
+    channel, or the gap passed); or claimed by a dispatcher that has gone quiet."""
+    last_sent = select(inboxes.c.last_sent).where(inboxes.c.inbox == outbox.c.inbox).scalar_subquery()
+    return case(
+        (outbox.c.dispatch_key.is_(None),
+         or_(outbox.c.kind == "reply", outbox.c.urgent, outbox.c.channel.is_not(None),
+             last_sent.is_(None), last_sent <= now - s.outbox_gap)),
+        else_=or_(outbox.c.claimed_at.is_(None), outbox.c.claimed_at <= now - s.dispatch_timeout),
+    ).cast(Boolean)
+
+
+def due_inboxes(conn: Connection, s: StoreSettings, now: int, limit: int) -> list[str]:
+    """Inboxes whose held messages a dispatch would send now (``_due``)."""
+    query = (select(outbox.c.inbox).where(HELD, _due(s, now)).group_by(outbox.c.inbox)
+             .order_by(outbox.c.inbox).limit(limit))
+    return list(conn.execute(query).scalars())
+
+
+# -- dispatching -----------------------------------------------------------------------------
 
 def dispatch(engine: Engine, s: StoreSettings, inbox: str, send: Callable[[OutgoingMessage], Any],
              now: int | None) -> int:
@@ -36,88 +132,90 @@ def dispatch(engine: Engine, s: StoreSettings, inbox: str, send: Callable[[Outgo
     if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
         raise ValueError(f"delivery must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}, got {delivery!r}")
     with transaction(engine) as conn:
-        message = _claim(conn, s, inbox, delivery, now)
-    if message is None:
-        return 0
-    try:
-        send(message)
-    except BaseException:
+        messages = _claim(conn, s, inbox, delivery, now)
+    sent = 0
+    for i, message in enumerate(messages):
+        try:
+            send(message)
+        except BaseException:
+            with transaction(engine) as conn:
+                if delivery == AT_LEAST_ONCE:  # let the next dispatch retry now, same keys
+                    conn.execute(update(outbox).where(
+                        outbox.c.dispatch_key.in_([m.key for m in messages[i:]]), HELD).values(claimed_at=None))
+                else:  # at-most-once: the messages not tried yet were never sent; hold them again
+                    conn.execute(update(outbox).where(outbox.c.dispatch_key.in_([m.key for m in messages[i + 1:]]))
+                                 .values(sent_at=None, dispatch_key=None, claimed_at=None))
+            raise
         if delivery == AT_LEAST_ONCE:
-            with transaction(engine) as conn:  # let the next dispatch retry now, same key
-                conn.execute(update(outbox).where(outbox.c.dispatch_key == message.key, HELD)
-                             .values(claimed_at=None))
-        raise
-    if delivery == AT_LEAST_ONCE:
-        with transaction(engine) as conn:
-            _mark_sent(conn, inbox, message.key, clock(conn, now))
-    return len(message.message_ids)
+            with transaction(engine) as conn:
+                _mark_sent(conn, inbox, message, clock(conn, now))
+        sent += len(message.message_ids)
+    return sent
 
 
-def _claim(conn: Connection, s: StoreSettings, inbox: str, delivery: str, now: int | None) -> OutgoingMessage | None:
+def _claim(conn: Connection, s: StoreSettings, inbox: str, delivery: str, now: int | None) -> list[OutgoingMessage]:
     lease = leases.lock(conn, inbox, now)
     now = int(lease.now) if lease is not None else clock(conn, now)
     held = conn.execute(
-        select(outbox.c.id, outbox.c.body, outbox.c.urgent, outbox.c.dispatch_key, outbox.c.claimed_at)
+        select(outbox.c.id, outbox.c.body, outbox.c.urgent, outbox.c.kind, outbox.c.fields,
+               outbox.c.channel, outbox.c.dispatch_key, _due(s, now).label("due"))
         .where(outbox.c.inbox == inbox, HELD)
         .order_by(outbox.c.id)
     ).all()
-    if not held:
-        return None
-    claimed = [r for r in held if r.dispatch_key is not None]
+    groups: dict[str | None, list[Any]] = {}
+    for r in held:
+        groups.setdefault(r.channel, []).append(r)
+    claimed = []
+    for channel, rows in groups.items():
+        picked = _pick(rows)
+        if picked is not None:
+            claimed.append(_take(conn, inbox, channel, *picked, delivery, now))
+    return claimed
+
+
+def _pick(rows: list[Any]) -> tuple[list[Any], str] | None:
+    """The rows of one channel to send now, and their dispatch key."""
+    claimed = [r for r in rows if r.dispatch_key is not None]
     if claimed:
         # An earlier dispatch claimed these and has not marked them sent: it is sending now,
         # or it died. Resend only once its claim is stale, and under the same key.
-        if any(r.claimed_at is not None and r.claimed_at + s.dispatch_timeout > now for r in claimed):
-            return None
-        rows, key = claimed, claimed[0].dispatch_key
-    else:
-        last_sent = lease.last_sent if lease is not None else None
-        gap_open = last_sent is None or now - last_sent >= s.outbox_gap
-        if not gap_open and not any(r.urgent for r in held):
-            return None
-        rows, key = held, f"outbox-{held[0].id}"
+        return (claimed, claimed[0].dispatch_key) if all(r.due for r in claimed) else None
+    due = [r for r in rows if r.due]
+    if any(r.kind != "reply" for r in due):  # the gap is open or an urgent one waits: all go
+        due = rows
+    return (due, f"outbox-{due[0].id}") if due else None
+
+
+def _take(conn: Connection, inbox: str, channel: str | None, rows: list[Any], key: str, delivery: str,
+          now: int) -> OutgoingMessage:
     rows = sorted(rows, key=lambda r: (not r.urgent, r.id))  # urgent first, then in order
-    ids = [r.id for r in rows]
+    items = tuple(OutboxItem(r.id, r.kind, r.body, r.urgent, r.fields) for r in rows)
+    message = OutgoingMessage(inbox=inbox, key=key, body="\n\n".join(r.body for r in rows),
+                              urgent=any(r.urgent for r in rows), message_ids=tuple(r.id for r in rows),
+                              items=items, channel=channel)
     values: dict[str, Any] = {"dispatch_key": key, "claimed_at": now}
     if delivery == AT_MOST_ONCE:
         values["sent_at"] = now
-        _touch_last_sent(conn, inbox, now)
-    conn.execute(update(outbox).where(outbox.c.id.in_(ids)).values(**values))
-    return OutgoingMessage(
-        inbox=inbox,
-        key=key,
-        body="\n\n".join(r.body for r in rows),
-        urgent=any(r.urgent for r in rows),
-        message_ids=tuple(ids),
-    )
+        _touch_last_sent(conn, message, now)
+    conn.execute(update(outbox).where(outbox.c.id.in_(message.message_ids)).values(**values))
+    return message
 
 
-def _mark_sent(conn: Connection, inbox: str, key: str, now: int) -> None:
+def _mark_sent(conn: Connection, inbox: str, message: OutgoingMessage, now: int) -> None:
     leases.lock(conn, inbox)
-    conn.execute(update(outbox).where(outbox.c.dispatch_key == key, HELD).values(sent_at=now))
-    _touch_last_sent(conn, inbox, now)
+    conn.execute(update(outbox).where(outbox.c.dispatch_key == message.key, HELD).values(sent_at=now))
+    _touch_last_sent(conn, message, now)
 
 
-def _touch_last_sent(conn: Connection, inbox: str, now: int) -> None:
-    leases.lock_or_create(conn, inbox)
-    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(last_sent=now))
-
-
-def due_inboxes(conn: Connection, s: StoreSettings, now: int, limit: int) -> list[str]:
-    """Inboxes whose held messages a dispatch would send now: the gap has passed, an urgent
-    message waits, or an earlier dispatcher's claim went stale."""
-    last_sent = select(inboxes.c.last_sent).where(inboxes.c.inbox == outbox.c.inbox).scalar_subquery()
-    sendable = or_(
-        and_(outbox.c.dispatch_key.is_(None),
-             or_(outbox.c.urgent, last_sent.is_(None), last_sent <= now - s.outbox_gap)),
-        and_(outbox.c.dispatch_key.is_not(None),
-             or_(outbox.c.claimed_at.is_(None), outbox.c.claimed_at <= now - s.dispatch_timeout)),
-    )
-    query = (select(outbox.c.inbox).where(HELD, sendable).group_by(outbox.c.inbox)
-             .order_by(outbox.c.inbox).limit(limit))
-    return list(conn.execute(query).scalars())
+def _touch_last_sent(conn: Connection, message: OutgoingMessage, now: int) -> None:
+    """The gap restarts with a send of the inbox's own that held more than replies."""
+    if message.channel is not None or all(i.kind == "reply" for i in message.items):
+        return
+    leases.lock_or_create(conn, message.inbox)
+    conn.execute(update(inboxes).where(inboxes.c.inbox == message.inbox).values(last_sent=now))
 
 
 def view(conn: Connection, inbox: str) -> list[OutboxRow]:
     rows = conn.execute(select(outbox).where(outbox.c.inbox == inbox).order_by(outbox.c.id))
-    return [OutboxRow(r.id, r.inbox, r.body, r.urgent, r.created, r.sent_at, r.dispatch_key) for r in rows]
+    return [OutboxRow(r.id, r.inbox, r.body, r.urgent, r.created, r.sent_at, r.dispatch_key,
+                      kind=r.kind, fields=r.fields, channel=r.channel) for r in rows]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Connection
 
-from . import approvals, effects, memory, timers, validate
-from .records import InvalidOutcome, Message, Outcome
+from . import approvals, effects, memory, outbox, timers, validate
+from .records import InvalidOutcome, Outcome
 from .settings import StoreSettings
-from .tables import outbox
 
 
-def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, generation: int, now: int) -> None:
+def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, generation: int, now: int,
+          event_ids: Sequence[int] = ()) -> None:
     """Messages into the outbox, approval requests, timers, memory writes, and the tool calls
     with effects (committed under ``generation``; store/effects.py). Raises ``InvalidOutcome``
     (and writes nothing, since the caller's transaction rolls back) for anything the store
@@ -18,7 +20,7 @@ def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, gene
     if not isinstance(outcome, Outcome):
         raise InvalidOutcome(f"a run must return an Outcome, got {type(outcome).__name__}")
     try:
-        _apply(conn, s, inbox, outcome, now)
+        _apply(conn, s, inbox, outcome, now, event_ids)
         effects.apply(conn, s, inbox, outcome.effects, outcome.answered, generation, now)
     except InvalidOutcome:
         raise
@@ -26,17 +28,10 @@ def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, gene
         raise InvalidOutcome(str(exc)) from None
 
 
-def _apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now: int) -> None:
-    messages = [m if isinstance(m, Message) else Message(m) for m in outcome.messages]
-    if messages:
-        conn.execute(
-            outbox.insert(),
-            [
-                {"inbox": inbox, "body": validate.text_value("message body", m.body),
-                 "urgent": bool(m.urgent), "created": now}
-                for m in messages
-            ],
-        )
+def _apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now: int,
+           event_ids: Sequence[int]) -> None:
+    if outcome.messages:
+        outbox.write_messages(conn, inbox, outcome.messages, now, event_ids)
     for a in outcome.approvals:
         approvals.request(conn, s, inbox, a.request_id, a.action, a.expires_in, now)
     for t in outcome.timers:

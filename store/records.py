@@ -49,10 +49,15 @@ class Event:
 
 @dataclass(frozen=True)
 class Message:
-    """Something the agent wants to say. Urgent messages bypass the outbox gap."""
+    """Something the agent wants to say. Urgent messages bypass the outbox gap.
+
+    ``kind="reply"`` asks to be sent at once, inside the gap: the store grants it while a
+    reply is owed to the person the inbox talks to (store/outbox.py) and keeps it as a paced
+    ``notice`` otherwise."""
 
     body: str
     urgent: bool = False
+    kind: Literal["reply", "notice"] = "notice"
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,9 @@ class Effect:
     approval_ttl: int | None = None
     words: str = ""
     why: str = ""
+    # Who gets the approval's link (store/approvals.py ``approver``): None or "self" for the
+    # inbox's own user, "inbox:NAME" or "channel:NAME" for someone else.
+    approver: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,22 @@ class OutboxRow:
     created: int
     sent_at: int | None
     dispatch_key: str | None = None
+    kind: str = "notice"  # reply, notice or approval
+    fields: dict[str, Any] | None = None  # an approval's: tool, input, words, deadline ...
+    channel: str | None = None  # a named channel (an approver "channel:NAME")
+
+
+@dataclass(frozen=True)
+class OutboxItem:
+    """One stored message inside a merged ``OutgoingMessage``: its kind and, for an
+    approval, its fields (``inbox``, ``request_id``, ``tool``, ``input``, ``words``, ``why``,
+    ``deadline``, ``approver``; ``link`` once the dispatcher minted it)."""
+
+    id: int
+    kind: str
+    body: str
+    urgent: bool
+    fields: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -186,6 +210,16 @@ class OutgoingMessage:
     body: str
     urgent: bool
     message_ids: tuple[int, ...]
+    # The merged rows one by one, for a channel that renders kinds and fields (buttons for
+    # an approval); ``body`` stays for a channel that wants only text.
+    items: tuple[OutboxItem, ...] = ()
+    channel: str | None = None  # None: the deployment's channel; else the named one
+
+    @property
+    def kind(self) -> str:
+        """The items' kind when they share one, else ``mixed``."""
+        kinds = {i.kind for i in self.items}
+        return kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "notice")
 
 
 @dataclass(frozen=True)
@@ -221,6 +255,8 @@ class Approval:
     deadline: int
     created: int
     answer: str | None  # yes / no / expired once an event stands, else None (pending)
+    approver: str = "self"  # who was sent the link
+    answered_by: str | None = None  # whose answer stands: an approver address, or "cli"
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,6 @@ def _finished(conn: Connection, s: StoreSettings, inbox: str, holder: str, gener
     if ids and not rows:
         return False, None
     if error is None:
-        outcomes.apply(conn, s, inbox, outcome or Outcome(), generation, now)
+        outcomes.apply(conn, s, inbox, outcome or Outcome(), generation, now, ids)
     started = min((r.claimed_at for r in rows if r.claimed_at is not None), default=now)
     return True, runlog.entry(inbox, generation, holder, started, now, sorted(r.id for r in rows), error, waiting)

@@ -328,10 +328,17 @@ class Store:
         with self._transaction() as conn:
             approvals.request(conn, self.settings, inbox, request_id, action, expires_in, clock(conn, now))
 
-    def answer_approval(self, inbox: str, request_id: str, answer: str, *, now: int | None = None) -> str:
-        """The outcome that stands: "yes"/"no", "expired", or "unknown" (never requested)."""
+    def answer_approval(self, inbox: str, request_id: str, answer: str, *, by: str | None = None,
+                        now: int | None = None) -> str:
+        """The outcome that stands: "yes"/"no", "expired", or "unknown" (never requested).
+        ``by``: who answered (the approver whose signed link was used, or ``cli``)."""
         with self._transaction() as conn:
-            return approvals.answer(conn, self.settings, inbox, request_id, answer, clock(conn, now))
+            return approvals.answer(conn, self.settings, inbox, request_id, answer, clock(conn, now), by)
+
+    def approver_inboxes(self, inbox: str) -> list[str]:
+        """The operator inboxes that hold requests for ``inbox``'s approvals still waiting."""
+        with self._transaction() as conn:
+            return approvals.approver_inboxes(conn, inbox)
 
     def approvals(self, inbox: str | None = None, *, pending_only: bool = True) -> list[Approval]:
         with self._transaction() as conn:

@@ -63,6 +63,9 @@ inboxes = Table(
     Column("generation", BigInteger, nullable=False, server_default=text("0")),
     Column("lease_until", BigInteger, nullable=False, server_default=text("0")),
     Column("last_sent", BigInteger),
+    # The newest event from the person the inbox talks to that a reply has answered
+    # (store/outbox.py: a reply goes out inside the gap only while one is owed).
+    Column("replied_through", BigInteger),
     # Monotonic counts for /metrics, kept on the row the counted decision already locks (a
     # global counters row would serialize takeovers on different inboxes).
     Column("takeovers", BigInteger, nullable=False, server_default=text("0")),
@@ -177,6 +180,8 @@ approvals = Table(
     Column("action", Text, nullable=False),
     Column("deadline", BigInteger, nullable=False),
     Column("created", BigInteger, nullable=False),
+    # Who gets the link: NULL for the inbox's own user, else "inbox:NAME" or "channel:NAME".
+    Column("approver", String(INBOX_MAX + 16)),
     PrimaryKeyConstraint("inbox", "request_id"),
 )
 
@@ -187,10 +192,17 @@ outbox = Table(
     Column("inbox", String(INBOX_MAX), nullable=False),
     Column("body", Text, nullable=False),
     Column("urgent", Boolean, nullable=False, server_default=text("false")),
+    # reply, notice or approval (store/outbox.py); an approval's fields (tool, input, words,
+    # deadline ...) ride in ``fields``, so a channel need not parse them out of the body.
+    Column("kind", String(16), nullable=False, server_default=text("'notice'")),
+    Column("fields", Payload),
+    # A named channel (an approver "channel:NAME") instead of the deployment's own.
+    Column("channel", String(64)),
     Column("created", BigInteger, nullable=False),
     Column("dispatch_key", String(64)),  # set when a dispatcher claims the row
     Column("claimed_at", BigInteger),  # when that dispatcher claimed it
     Column("sent_at", BigInteger),
+    CheckConstraint("kind IN ('reply', 'notice', 'approval')", name="kind_known"),
     Index(
         "ix_outbox_held",
         "inbox",

@@ -1,21 +1,25 @@
 """Approval links, minted where the outbox is dispatched.
 
-A committed approval request for a tool call (store/effects.py) carries a marker in its body,
-``[[wakeful-approval-link:<tool use id>]]``. The dispatcher replaces it, just before the
-channel sends, with a signed link to the approval page (web/tokens.py) for the message's own
-inbox. So the key (``WAKEFUL_APPROVAL_SECRET``) lives with the dispatcher (and the web edge),
-never in the worker that runs agent code. Without a key the marker becomes the command that
-answers it. Text from the model or a tool cannot carry a marker (``store.effects.defang``).
+A committed approval request for a tool call (store/effects.py) is an outbox row of kind
+``approval`` whose fields name the approval (``inbox``, ``request_id``) and its approver, and
+whose body carries a marker, ``[[wakeful-approval-link:<tool use id>]]``. The dispatcher,
+just before the channel sends, puts a signed link to the approval page (web/tokens.py) in
+the item's fields (``link``) and in place of the marker, made for that approval's inbox and
+approver (an operator's outbox holds requests of other inboxes). So the key
+(``WAKEFUL_APPROVAL_SECRET``) lives with the dispatcher (and the web edge), never in the
+worker that runs agent code. Without a key the marker becomes the command that answers it.
+Text from the model or a tool cannot carry a marker (``store.effects.defang``).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from store import OutgoingMessage
+from store import OutboxItem, OutgoingMessage
 from store.effects import LINK_MARKER_PREFIX
 
 log = logging.getLogger("wakeful.approval_links")
@@ -23,22 +27,49 @@ _MARKER = re.compile(re.escape(LINK_MARKER_PREFIX) + r"([^\]\s]{1,256})\]\]")
 
 
 def with_links(send: Any) -> Any:
-    """``send`` with every link marker of the message replaced; keeps its delivery mode."""
+    """``send`` with every approval's link minted; keeps its delivery mode."""
 
     def send_with_links(message: OutgoingMessage) -> Any:
-        if LINK_MARKER_PREFIX in message.body:
-            message = replace(message, body=_MARKER.sub(lambda m: link(message.inbox, m.group(1)), message.body))
+        if LINK_MARKER_PREFIX in message.body or any(i.kind == "approval" for i in message.items):
+            message = linked(message)
         return send(message)
 
     send_with_links.delivery = getattr(send, "delivery", "at-least-once")  # type: ignore[attr-defined]
     return send_with_links
 
 
-def link(inbox: str, request_id: str) -> str:
+def linked(message: OutgoingMessage) -> OutgoingMessage:
+    """The message with each approval item's ``link`` field set and its marker replaced, by
+    that item's own approval (an operator's message merges requests of several inboxes)."""
+    if not message.items:  # a message made by hand, not by the store: its own inbox's links
+        return replace(message, body=_fill(message.body, lambda rid: link(message.inbox, rid)))
+    items = tuple(_linked_item(message.inbox, item) for item in message.items)
+    return replace(message, body="\n\n".join(i.body for i in items), items=items)
+
+
+def _linked_item(inbox: str, item: OutboxItem) -> OutboxItem:
+    fields = item.fields or {}
+    if item.kind != "approval" or not isinstance(fields.get("request_id"), str):
+        # A row written before approvals had fields: the message's own inbox, as then.
+        return replace(item, body=_fill(item.body, lambda rid: link(inbox, rid)))
+    made = link(str(fields.get("inbox") or inbox), fields["request_id"], fields.get("approver"))
+    mine = fields["request_id"]
+    return replace(item, fields={**fields, "link": made},
+                   body=_fill(item.body, lambda rid: made if rid == mine else "(no link)"))
+
+
+def _fill(text: str, make: Callable[[str], str]) -> str:
+    return _MARKER.sub(lambda marker: make(marker.group(1)), text) if LINK_MARKER_PREFIX in text else text
+
+
+def link(inbox: str, request_id: str, approver: str | None = None) -> str:
     from web.settings import WebSettings
     from web.tokens import approval_link
 
     web = WebSettings.from_env()
+    routed = approver if approver and approver != "self" else None
     if not web.approval_secrets:
-        return f"`wakeful answer {inbox} {request_id} yes|no` (set WAKEFUL_APPROVAL_SECRET for a link)"
-    return approval_link(inbox, request_id, base_url=web.public_url, secret=web.approval_secrets)
+        return (f"`wakeful answer {inbox} {request_id} yes|no` (set WAKEFUL_APPROVAL_SECRET and "
+                "WAKEFUL_PUBLIC_URL for a link)")
+    return approval_link(inbox, request_id, approver=routed, base_url=web.public_url,
+                         secret=web.approval_secrets)

@@ -6,6 +6,9 @@ human who may approve, and whoever can take a message off the queue must not be 
 change the answer it carries. A chat bot that shows the link's buttons makes the token of the
 button pressed. The link's own token is refused here (it covers any answer, so a broker reader
 could flip one); without a valid token the answer is refused and recorded; nothing is stored.
+
+A link made for another approver than the inbox's own user (``by=<approver>`` in its URL)
+is answered with ``by=<approver>`` too: the token signs it, and the answer is stored with it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ log = logging.getLogger("wakeful.approvals")
 
 @app.task(name="wakeful.answer_approval")
 def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = None,
-                    token: Any = None) -> dict[str, Any]:
+                    token: Any = None, *, by: Any = None) -> dict[str, Any]:
     """Store the answer unless the deadline passed; returns the outcome that stands.
 
     ``{"outcome": "yes" | "no" | "expired" | "unknown"}``, or ``{"outcome": None,
@@ -35,8 +38,11 @@ def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = Non
     """
     store = get_store()
     try:
-        _authorize(inbox, request_id, answer, token)
-        outcome = store.answer_approval(inbox, request_id, answer)
+        approver = "self" if by is None else by
+        if not isinstance(approver, str):
+            raise InvalidEvent("by must be the approver named in the link (a string)")
+        _authorize(inbox, request_id, answer, token, approver)
+        outcome = store.answer_approval(inbox, request_id, answer, by=approver)
     except (InvalidEvent, ValueError, TypeError) as exc:
         # Never the token in the record or the log: it is a credential.
         store.record_rejection("task:wakeful.answer_approval", str(exc), inbox=inbox,
@@ -49,7 +55,7 @@ def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = Non
     return {"outcome": outcome}
 
 
-def _authorize(inbox: Any, request_id: Any, answer: Any, token: Any) -> None:
+def _authorize(inbox: Any, request_id: Any, answer: Any, token: Any, approver: str) -> None:
     from web.tokens import check_token  # the link's own check: one token format
 
     if not isinstance(inbox, str) or not isinstance(request_id, str):
@@ -61,12 +67,13 @@ def _authorize(inbox: Any, request_id: Any, answer: Any, token: Any) -> None:
         raise InvalidEvent("WAKEFUL_APPROVAL_SECRET is not set: approvals are answered only "
                            "with `wakeful answer`")
     now = int(time.time())
-    problem = check_token(token, inbox, request_id, secrets=secrets, now=now, answer=str(answer))
+    problem = check_token(token, inbox, request_id, secrets=secrets, now=now, answer=str(answer),
+                          approver=approver)
     if problem == "expired_token":
         raise InvalidEvent("this approval token has expired")
     if problem is None:
         return
-    if check_token(token, inbox, request_id, secrets=secrets, now=now) is None:
+    if check_token(token, inbox, request_id, secrets=secrets, now=now, approver=approver) is None:
         raise InvalidEvent("this is the link's token, which covers any answer: send the answer's "
                            "own token, web.tokens.answer_token(link_token, answer)")
     raise InvalidEvent("this token is not valid for this approval and answer")

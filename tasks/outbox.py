@@ -3,7 +3,9 @@
 With an inbox (sent right after a run that wrote messages) it tries that inbox now, so the
 first message after a quiet period goes out at once; without one (the beat tick) it sends
 every inbox whose gap has passed, that holds an urgent message, or whose earlier send was
-abandoned. The gap, the merge and the delivery mode are the store's rules.
+abandoned. The gap, the merge and the delivery mode are the store's rules. After an inbox's
+run it also tries the operator inboxes its waiting approvals went to (an approver
+``inbox:NAME``), so a request reaches its approver at once too.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from tasks import faults
 from tasks.application import app
 from tasks.approval_links import with_links
-from tasks.channels import Send, load_channel
+from tasks.channels import Router, Send, load_channel
 from tasks.channels.traced import traced
 from tasks.runtime import get_store
 from tasks.settings import settings
@@ -28,7 +30,7 @@ def get_channel() -> Send:
     global _channel
     if _channel is None:
         # Approval links are minted here, never in the worker that runs agent code.
-        _channel = faults.wrap_send(with_links(load_channel(settings.outbox_channel, settings)))
+        _channel = faults.wrap_send(with_links(Router(load_channel(settings.outbox_channel, settings), settings)))
         _channel = traced(_channel, settings.outbox_channel)  # a span per send, when traces are on
     return _channel
 
@@ -37,7 +39,7 @@ def get_channel() -> Send:
 def dispatch_outbox(inbox: str | None = None) -> dict[str, Any]:
     store = get_store()
     send = get_channel()
-    targets = [inbox] if inbox else store.outbox_due()
+    targets = [inbox, *store.approver_inboxes(inbox)] if inbox else store.outbox_due()
     sent, failed = 0, []
     for name in targets:
         try:

@@ -6,6 +6,11 @@ nothing: chat link previews and mail scanners open links, and must not answer fo
 token as ``?token=`` / ``Authorization: Bearer``) stores the answer and returns the outcome
 that stands: ``yes``/``no``, ``expired`` (a late answer never counts), ``unknown`` (404).
 
+A link made for another approver than the inbox's own user (store/approvals.py) carries
+``by=<approver>`` (query or form field), which its token signs: the answer is stored with who
+gave it (``self`` for a link without ``by``). A ``by`` the token was not made for is
+``bad_token``.
+
 The token is checked before anything else is looked at; it is never logged, echoed or
 recorded (a refusal of this route keeps no body excerpt).
 """
@@ -26,7 +31,7 @@ from store import display
 from .body import parse_object, read_bounded
 from .edge import Context, Edge, guarded
 from .refusals import Refused
-from .tokens import check_token
+from .tokens import SELF, check_token
 
 ANSWERS = ("yes", "no")
 
@@ -66,10 +71,21 @@ def _token_from(request: Request, fields: dict[str, Any]) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
-def _authorize(edge: Edge, token: str | None, inbox: str, request_id: str) -> None:
+def _approver_from(request: Request, fields: dict[str, Any]) -> str:
+    """Who the link was made for: its ``by``, or the inbox's own user."""
+    by = fields.get("by") or request.query_params.get("by")
+    if by is None:
+        return SELF
+    if not isinstance(by, str) or not 0 < len(by) <= 160:
+        raise Refused("bad_token", "this token is not valid for this approval")
+    return by
+
+
+def _authorize(edge: Edge, token: str | None, inbox: str, request_id: str, approver: str) -> None:
     if token is None:
         raise Refused("no_token", "an approval answer needs the token from its link")
-    problem = check_token(token, inbox, request_id, secrets=edge.settings.approval_secrets, now=edge.now())
+    problem = check_token(token, inbox, request_id, secrets=edge.settings.approval_secrets, now=edge.now(),
+                          approver=approver)
     if problem == "expired_token":
         raise Refused("expired_token", "this approval link has expired")
     if problem is not None:
@@ -100,12 +116,13 @@ async def answer(request: Request, edge: Edge, ctx: Context) -> Response:
     inbox, request_id = _ids(request)
     ctx.inbox, ctx.source, ctx.source_id = inbox, "approval", request_id
     fields = await _fields(request, edge.settings.max_approval_body_bytes)
-    _authorize(edge, _token_from(request, fields), inbox, request_id)
+    approver = _approver_from(request, fields)
+    _authorize(edge, _token_from(request, fields), inbox, request_id, approver)
     given = fields.get("answer")
     if given not in ANSWERS:
         raise Refused("bad_answer", "answer must be yes or no")
     try:
-        outcome = await edge.call_store("answer_approval", inbox, request_id, given)
+        outcome = await edge.call_store("answer_approval", inbox, request_id, given, by=approver)
     except InvalidEvent as exc:
         raise Refused("invalid_event", str(exc)) from None
     if outcome != "unknown":
@@ -123,10 +140,12 @@ async def show(request: Request, edge: Edge, ctx: Context) -> Response:
     inbox, request_id = _ids(request)
     ctx.inbox, ctx.source, ctx.source_id = inbox, "approval", request_id
     token = _token_from(request, {})
-    _authorize(edge, token, inbox, request_id)
+    approver = _approver_from(request, {})
+    _authorize(edge, token, inbox, request_id, approver)
     e = html.escape
+    by = f'<input type="hidden" name="by" value="{e(approver)}">' if approver != SELF else ""
     form = (
-        f'<form method="post"><input type="hidden" name="token" value="{e(token or "")}">'
+        f'<form method="post"><input type="hidden" name="token" value="{e(token or "")}">{by}'
         '<button name="answer" value="yes">Yes</button> '
         '<button name="answer" value="no">No</button></form>'
     )

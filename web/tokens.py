@@ -2,7 +2,9 @@
 
 Format: ``<expires>.<base64url HMAC-SHA256(key, canonical(purpose, inbox, request_id, expires))>``,
 where ``canonical`` is a JSON array, so no choice of inbox or request id can collide with
-another's (no separator ambiguity). The token carries no data but its expiry; the inbox and
+another's (no separator ambiguity). A link for another approver than the inbox's own user
+(``inbox:ops``, ``channel:NAME``: store/approvals.py) signs the approver as a fifth element,
+so it answers as that approver only, and its URL says who (``&by=``). The token carries no data but its expiry; the inbox and
 request id come from the URL and must be the ones it was made for.
 
 Why the standard library's ``hmac`` and not itsdangerous: the token is one fixed-format
@@ -36,12 +38,18 @@ from urllib.parse import quote
 from .settings import SettingsError, WebSettings
 
 PURPOSE = "wakeful-approval/1"
+SELF = "self"  # the inbox's own user: the approver of a link that names none
 ANSWER_PURPOSE = "wakeful-approval-answer/1"
 _MAX_EXPIRY_DIGITS = 12
 
 
-def _mac(key: str, inbox: str, request_id: str, expires: int) -> bytes:
-    message = json.dumps([PURPOSE, inbox, request_id, expires], ensure_ascii=True, separators=(",", ":"))
+def _mac(key: str, inbox: str, request_id: str, expires: int, approver: str | None = None) -> bytes:
+    # The approver (another than the inbox's own user) is the array's fifth element: a link
+    # made for one approver is not another's, nor the inbox's own.
+    signed: list[object] = [PURPOSE, inbox, request_id, expires]
+    if approver is not None and approver != SELF:
+        signed.append(approver)
+    message = json.dumps(signed, ensure_ascii=True, separators=(",", ":"))
     return hmac.new(key.encode("utf-8"), message.encode("ascii"), hashlib.sha256).digest()
 
 
@@ -69,6 +77,7 @@ def make_token(
     inbox: str,
     request_id: str,
     *,
+    approver: str | None = None,
     expires_in: int | None = None,
     secret: Sequence[str] | str | None = None,
     now: int | None = None,
@@ -76,7 +85,8 @@ def make_token(
     """A token that lets its holder answer approval ``request_id`` of ``inbox`` until it expires.
 
     ``secret`` defaults to ``WAKEFUL_APPROVAL_SECRET`` (the first key when several are set);
-    ``expires_in`` to ``WAKEFUL_APPROVAL_TOKEN_TTL``.
+    ``expires_in`` to ``WAKEFUL_APPROVAL_TOKEN_TTL``. ``approver``: who holds the link
+    (store/approvals.py), signed with it, so the answer says who gave it.
     """
     key = _keys(secret)[0]
     if expires_in is None:
@@ -84,7 +94,7 @@ def make_token(
     if expires_in <= 0:
         raise ValueError("expires_in must be positive")
     expires = int(time.time() if now is None else now) + int(expires_in)
-    return f"{expires}.{_b64(_mac(key, inbox, request_id, expires))}"
+    return f"{expires}.{_b64(_mac(key, inbox, request_id, expires, approver))}"
 
 
 def answer_token(link_token: str, answer: str) -> str:
@@ -102,13 +112,14 @@ def answer_token(link_token: str, answer: str) -> str:
 
 def check_token(
     token: str, inbox: str, request_id: str, *, secrets: Sequence[str], now: int,
-    answer: str | None = None,
+    answer: str | None = None, approver: str | None = None,
 ) -> str | None:
     """None when the token is valid for (inbox, request_id) at ``now``; else the reason code
     (``"bad_token"`` or ``"expired_token"``). Never raises on a crafted token.
 
     Without ``answer``: the link's token. With it: the answer token for that answer only (a
-    link's token is then ``"bad_token"``: it does not name the answer)."""
+    link's token is then ``"bad_token"``: it does not name the answer). ``approver``: the one
+    the link was made for (None or ``self``: the inbox's own user)."""
     if not secrets:
         return "bad_token"
     stamp, sep, mac = token.partition(".")
@@ -118,7 +129,7 @@ def check_token(
     given = mac.encode("ascii", errors="replace")
     matched = False
     for key in secrets:
-        expected = _mac(key, inbox, request_id, expires)
+        expected = _mac(key, inbox, request_id, expires, approver)
         if answer is not None:
             expected = _answer_mac(expected, answer)
         matched |= hmac.compare_digest(_b64(expected).encode("ascii"), given)
@@ -134,6 +145,7 @@ def approval_link(
     inbox: str,
     request_id: str,
     *,
+    approver: str | None = None,
     base_url: str | None = None,
     expires_in: int | None = None,
     secret: Sequence[str] | str | None = None,
@@ -142,8 +154,10 @@ def approval_link(
     """The URL an agent puts in its approval message: a page with Yes and No buttons.
 
     Opening it changes nothing (link previewers and mail scanners fetch links); the buttons
-    POST the answer with the token.
+    POST the answer with the token. For another approver than the inbox's own user the URL
+    carries ``by=<approver>``, which the token signs.
     """
-    token = make_token(inbox, request_id, expires_in=expires_in, secret=secret, now=now)
+    token = make_token(inbox, request_id, approver=approver, expires_in=expires_in, secret=secret, now=now)
     base = (base_url or WebSettings.from_env().public_url).rstrip("/")
-    return f"{base}/approvals/{quote(inbox, safe='')}/{quote(request_id, safe='')}?token={token}"
+    by = f"&by={quote(approver, safe='')}" if approver is not None and approver != SELF else ""
+    return f"{base}/approvals/{quote(inbox, safe='')}/{quote(request_id, safe='')}?token={token}{by}"

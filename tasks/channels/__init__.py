@@ -13,15 +13,27 @@ Chosen with ``WAKEFUL_OUTBOX_CHANNEL``:
 - ``http://...`` or ``https://...``: a JSON POST with ``Idempotency-Key`` = the dispatch key.
 - ``module:callable``: your own; a zero-argument factory is called once to build the sender
   when the callable has ``wakeful_factory = True``.
+
+A message has a kind (``reply``, ``notice``, ``approval``, or ``mixed`` for a merge) and its
+items one by one (``message.items``), an approval's with its fields (``inbox``,
+``request_id``, ``tool``, ``input``, ``words``, ``why``, ``deadline``, ``approver``, ``link``);
+``as_fields`` is the JSON form the webhook and jsonl channels send. A channel that wants only
+text reads ``message.body``. The fields' text (the input, the model's words) is the model's:
+escape it wherever it is shown.
+
+Named channels (an approver ``channel:NAME``, store/approvals.py) are read from
+``WAKEFUL_CHANNEL_<NAME>``, in the same forms; ``Router`` sends each message through its own.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from store import AT_LEAST_ONCE, OutgoingMessage
+from store.approvals import channel_variable
 
 from tasks.settings import Settings
 
@@ -56,3 +68,38 @@ def load_channel(spec: str, settings: Settings) -> Send:
 
 def delivery_of(send: Send) -> str:
     return getattr(send, "delivery", AT_LEAST_ONCE)
+
+
+def as_fields(message: OutgoingMessage) -> dict[str, Any]:
+    """The message as JSON: the merged text and, per item, its kind and fields."""
+    return {"inbox": message.inbox, "key": message.key, "kind": message.kind, "body": message.body,
+            "urgent": message.urgent, "message_ids": list(message.message_ids),
+            "messages": [{"id": i.id, "kind": i.kind, "body": i.body, "urgent": i.urgent,
+                          "fields": i.fields} for i in message.items]}
+
+
+class Router:
+    """The deployment's channel, and each named channel (``WAKEFUL_CHANNEL_<NAME>``) for the
+    messages addressed to it, each loaded once. An unset name raises: the message stays
+    held, the dispatch is logged and tried again on the next tick."""
+
+    def __init__(self, default: Send, settings: Settings, env: Mapping[str, str] | None = None) -> None:
+        self.default = default
+        self.settings = settings
+        self.env = os.environ if env is None else env
+        self.named: dict[str, Send] = {}
+        self.delivery = delivery_of(default)
+
+    def __call__(self, message: OutgoingMessage) -> None:
+        self.channel(message.channel)(message)
+
+    def channel(self, name: str | None) -> Send:
+        if name is None:
+            return self.default
+        if name not in self.named:
+            spec = self.env.get(channel_variable(name), "").strip()
+            if not spec:
+                raise ValueError(f"outbox channel {name!r}: {channel_variable(name)} is not set "
+                                 "(an approver channel:NAME needs it)")
+            self.named[name] = load_channel(spec, self.settings)
+        return self.named[name]

@@ -24,8 +24,21 @@ class LogChannel:
     delivery = AT_LEAST_ONCE
 
     def __call__(self, message: OutgoingMessage) -> None:
-        log.info("outbox inbox=%s key=%s urgent=%s messages=%d: %s", safe(message.inbox), message.key,
-                 message.urgent, len(message.message_ids), safe(message.body))
+        log.info("outbox inbox=%s key=%s kind=%s urgent=%s messages=%d%s: %s", safe(message.inbox), message.key,
+                 message.kind, message.urgent, len(message.message_ids), _approvals(message), safe(message.body))
+
+
+def _approvals(message: OutgoingMessage) -> str:
+    """Each approval's fields on the line (escaped: the tool's input is the model's)."""
+    parts = []
+    for item in message.items:
+        fields = item.fields or {}
+        if item.kind == "approval":
+            deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(fields.get("deadline") or 0)))
+            parts.append(f" approval={safe(str(fields.get('inbox')))}/{safe(str(fields.get('request_id')))}"
+                         f" tool={safe(str(fields.get('tool')))} input={safe(json.dumps(fields.get('input')))}"
+                         f" deadline={deadline} approver={safe(str(fields.get('approver')))}")
+    return "".join(parts)
 
 
 class JsonlChannel:
@@ -40,9 +53,9 @@ class JsonlChannel:
         self.path = path
 
     def __call__(self, message: OutgoingMessage) -> None:
-        line = json.dumps({"inbox": message.inbox, "key": message.key, "body": message.body,
-                           "urgent": message.urgent, "message_ids": list(message.message_ids),
-                           "sent_at": time.time()})
+        from tasks.channels import as_fields
+
+        line = json.dumps({**as_fields(message), "sent_at": time.time()})
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         # O_APPEND: lines from several worker processes never interleave (each write is one
         # small line).

@@ -1,7 +1,9 @@
 """The HTTP webhook channel: a JSON POST per merged message.
 
 ``Idempotency-Key`` is the dispatch key, the same on every resend of the same rows, so the
-receiver can drop the duplicate an at-least-once resend produces. Transient failures
+receiver can drop the duplicate an at-least-once resend produces. The JSON is
+``tasks.channels.as_fields``: the merged ``body`` and ``kind``, and ``messages`` with each
+one's kind and fields (an approval's tool, input, words, deadline and link). Transient failures
 (connection errors, timeouts, 408, 429, 5xx) are retried with exponential backoff; any other
 answer is final. Raising tells the store the message was not sent.
 """
@@ -58,8 +60,9 @@ class WebhookChannel:
                                     headers=headers)
 
     def __call__(self, message: OutgoingMessage) -> None:
-        body = {"inbox": message.inbox, "key": message.key, "body": message.body,
-                "urgent": message.urgent, "message_ids": list(message.message_ids)}
+        from tasks.channels import as_fields
+
+        body = as_fields(message)
         headers = {"Idempotency-Key": message.key}
         for attempt in range(1, self.attempts + 1):
             try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runtime_support import base_env
-from store import OutgoingMessage, Store
+from store import OutboxItem, OutgoingMessage, Store
 from tasks.celeryconfig import celery_config
 from tasks.channels import load_channel
 from tasks.channels.log import JsonlChannel
@@ -95,7 +95,8 @@ def hook():
 
 
 MESSAGE = OutgoingMessage(inbox="alice", key="outbox-7", body="update 1\n\nupdate 2",
-                          urgent=False, message_ids=(7, 8))
+                          urgent=False, message_ids=(7, 8),
+                          items=(OutboxItem(7, "notice", "update 1", False), OutboxItem(8, "notice", "update 2", False)))
 
 
 def test_webhook_channel_posts_json_with_the_dispatch_key_and_retries(hook) -> None:
@@ -104,9 +105,13 @@ def test_webhook_channel_posts_json_with_the_dispatch_key_and_retries(hook) -> N
     channel = WebhookChannel(url, timeout=5, attempts=4, backoff=0.01)
     channel(MESSAGE)
     assert [s["key"] for s in handler.seen] == ["outbox-7"] * 3
-    assert handler.seen[-1]["body"] == {"inbox": "alice", "key": "outbox-7",
+    assert handler.seen[-1]["body"] == {"inbox": "alice", "key": "outbox-7", "kind": "notice",
                                         "body": "update 1\n\nupdate 2", "urgent": False,
-                                        "message_ids": [7, 8]}
+                                        "message_ids": [7, 8], "messages": [
+                                            {"id": 7, "kind": "notice", "body": "update 1", "urgent": False,
+                                             "fields": None},
+                                            {"id": 8, "kind": "notice", "body": "update 2", "urgent": False,
+                                             "fields": None}]}
 
 
 def test_webhook_channel_gives_up_on_a_refusal_and_after_its_attempts(hook) -> None:
