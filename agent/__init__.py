@@ -44,6 +44,7 @@ class Run:
     memory: dict[str, Any]
     _heartbeat: Callable[[], bool] = field(repr=False, default=lambda: True)
     _mint_grant: Callable[[list[str], int], str | None] = field(repr=False, default=lambda routes, ttl: None)
+    _timers: Callable[[], list[Any]] = field(repr=False, default=lambda: [])
 
     def heartbeat(self) -> None:
         """Renew the lease. Raises LeaseLost when this worker no longer holds the inbox."""
@@ -58,6 +59,12 @@ class Run:
         if token is None:
             raise LeaseLost(f"lease on inbox {self.inbox!r} (generation {self.generation}) lost")
         return token
+
+    def timers(self) -> list[Any]:
+        """This inbox's timers as stored now (``store.TimerRow``s), read-only: what the
+        agent's wakes count and list (agent/wakes.py). This run's own timers are not among
+        them until its finish commits."""
+        return list(self._timers())
 
 
 Agent = Callable[[Run], Outcome | None]

@@ -40,7 +40,7 @@ from store.effects import defang, idempotency_key
 from agent import Run
 from agent.outage import TryLater, is_transient, retry_after
 from agent import config as config_module
-from agent import policy, tools
+from agent import policy, tools, wakes
 from agent.config import AgentConfig
 from agent.conversation import MEMORY_KEY, Conversation, as_data, cut, tool_result
 
@@ -145,9 +145,11 @@ class ClaudeRun:
     silent: bool = False
     urgent: bool = False
     stop: str = ""
+    wake_book: wakes.RunWakes = field(init=False)
 
     def __post_init__(self) -> None:
         self.convo = Conversation.load(self.run.memory)
+        self.wake_book = wakes.RunWakes.of(self.cfg, self.run)  # its timers go into the Outcome
 
     def outcome(self) -> Outcome:
         fresh = self._read_batch()
@@ -163,6 +165,7 @@ class ClaudeRun:
         if text and not self.silent:
             messages.append(Message(defang(text), urgent=self.urgent))
         return Outcome(messages=messages, effects=self.effects, answered=self.answered,
+                       timers=self.wake_book.timers, cancel_timers=self.wake_book.cancelled,
                        memory={MEMORY_KEY: self.convo.state(self.cfg.conversation_budget),
                                LOG_KEY: self._log(), TOTALS_KEY: self._totals()})
 
@@ -196,6 +199,9 @@ class ClaudeRun:
             self.decisions[tool_use_id] = "refused" if answer == "no" else "expired"
 
     def _block(self, event: Event) -> dict[str, Any]:
+        woken = wakes.arrival(event)  # a wake the model set: its own note, not an outsider's
+        if woken is not None:
+            return {"type": "text", "text": woken}
         payload = event.payload or {}
         text = payload.get("text")
         if not isinstance(text, str):
@@ -268,6 +274,10 @@ class ClaudeRun:
         if d.kind == "refuse":
             return tool_result(use_id, d.reason, True)
         assert d.tool is not None
+        if d.tool.source == wakes.SOURCE:  # an Outcome change, or checked now and asked
+            answer = self.wake_book.answer(d.kind, d.tool, tool_input, use_id)
+            if answer is not None:
+                return tool_result(use_id, *answer)
         if d.kind == "inline":
             call = tools.ToolCall(use_id, name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
             result = tools.run(d.tool, tool_input, call, self.cfg)

@@ -26,7 +26,7 @@ from typing import Any
 from store import EffectRow, InvalidOutcome, Store
 from store.effects import Effects
 
-from agent import tools
+from agent import tools, wakes
 from agent.outage import TryLater
 from agent.config import AgentConfig, Tool
 
@@ -59,7 +59,7 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
         book.refuse(inbox, tool_use_id, f"the tool {effect.tool!r} is no longer allowed; nothing ran")
         return Executed(inbox, tool_use_id, effect.tool, "refused")
     try:
-        with _egress(book, cfg, effect, tool):
+        with _egress(book, cfg, effect, tool), wakes.executing(book.store):
             result = tools.run(tool, dict(effect.input), _call(effect), cfg)
     except TryLater as exc:  # the tool's upstream is down: not a failure of the call
         status = book.postpone(inbox, tool_use_id, effect.attempts, str(exc), retry_after=exc.seconds,

@@ -114,7 +114,7 @@ def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outc
 class _Request:
     """What the child sends: a call of the Run's ``heartbeat`` or ``mint_grant``, or the end."""
 
-    kind: str  # "heartbeat", "grant", "outcome", "error"
+    kind: str  # "heartbeat", "grant", "timers", "outcome", "error"
     value: Any = None
 
 
@@ -180,6 +180,8 @@ def _answer(request: _Request, run: Run, conn: Any) -> tuple[bool, Any]:
     try:
         if request.kind == "heartbeat":
             reply: Any = ("ok", run._heartbeat())
+        elif request.kind == "timers":
+            reply = ("ok", run._timers())
         else:
             reply = ("ok", run._mint_grant(*request.value))
     except Exception as exc:  # noqa: BLE001 - the child's call raises it, as it would here
@@ -242,7 +244,8 @@ def _child(conn: Any, pickled: bytes, inbox: str, events: list[Any], generation:
         agent = pickle.loads(pickled)
         run = Run(inbox=inbox, events=events, generation=generation, memory=memory,
                   _heartbeat=lambda: ask("heartbeat"),
-                  _mint_grant=lambda routes, ttl: ask("grant", (routes, ttl)))
+                  _mint_grant=lambda routes, ttl: ask("grant", (routes, ttl)),
+                  _timers=lambda: ask("timers"))
         outcome = agent(run)
         reply = _Request("outcome", outcome)
         try:

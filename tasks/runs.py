@@ -245,7 +245,8 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
         unpinned = lease.store.unpinned() if runtime.shares_process() else contextlib.nullcontext()
         with unpinned, keeper.holding(lease, settings.lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
-                      memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant)
+                      memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant,
+                      _timers=functools.partial(lease.store.timers, inbox))
             outcome = isolation.call_agent(agent, run, deadline=lease.deadline) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
