@@ -252,3 +252,35 @@ def test_the_wakes_table(write_config: Any, tmp_path: Path) -> None:
                      'call = "agent_tools:lookup"\npolicy = "allow"\n')
     with pytest.raises(ConfigError, match=r"both declare a tool named 'list_wakes'"):
         load(clash)
+
+
+def test_a_custom_loop_on_the_tool_kit_gets_them_too(store: Store, write_config: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """examples/custom_loop.py, unchanged: its ``kit.use`` answers the wake tools and its
+    ``kit.outcome`` carries the timers; the wake comes back through ``kit.text``."""
+    import agent.config as config_module
+    from examples import custom_loop
+
+    monkeypatch.setenv(config_module.ENV, str(wakes_config(write_config)))
+    monkeypatch.setattr(config_module, "_current", None)
+
+    def wake() -> None:
+        for _ in range(5):
+            gen = store.acquire("kit", "w")
+            batch = store.claim("kit", "w", gen)
+            if not batch:
+                store.release("kit", "w", gen)
+                return
+            run = Run("kit", batch, gen, store.memory("kit"), _timers=functools.partial(store.timers, "kit"))
+            assert store.finish("kit", "w", gen, [e.id for e in batch], outcome=custom_loop.agent(run))
+        raise AssertionError("the inbox never settled")
+
+    store.ingest("kit", "chat", "1", {"text": call("schedule_wake", after_seconds=60, note="call list_wakes {}")
+                                      + "\n" + call("schedule_wake", after_seconds=6, note="spin")})
+    wake()
+    [timer] = store.timers("kit")
+    [said] = [row.body for row in store.outbox("kit")]
+    assert f"schedule_wake: scheduled {timer.id}" in said and "min_delay of [wakes]" in said
+    store.run_scheduler(now=timer.due + 1)
+    wake()
+    assert "list_wakes: no pending wakes" in store.outbox("kit")[-1].body
