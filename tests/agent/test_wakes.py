@@ -284,3 +284,26 @@ def test_a_custom_loop_on_the_tool_kit_gets_them_too(store: Store, write_config:
     store.run_scheduler(now=timer.due + 1)
     wake()
     assert "list_wakes: no pending wakes" in store.outbox("kit")[-1].body
+
+
+def timers_probe(run: Run) -> Outcome:
+    """For the run apart below: what ``run.timers()`` answers in the run's own process."""
+    import os
+
+    return Outcome(messages=[",".join(t.id for t in run.timers()), str(os.getpid())])
+
+
+def test_run_timers_crosses_to_a_run_apart(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retried batch in a shared process runs in a process of its own (tasks/isolation.py):
+    ``run.timers()`` there is a request to the waiting thread, which reads the store."""
+    from store import Event
+    from tasks import isolation, runtime
+
+    store.add_timer("apart", "wake:toolu_1", 4_000_000_000, {"wake": "wake:toolu_1", "note": "n"})
+    monkeypatch.setitem(runtime._worker, "pool", "threads")
+    run = Run("apart", [Event(7, "apart", "chat", "m-1", {}, "running", 2)], 3, {},
+              _timers=functools.partial(store.timers, "apart"))
+    import os
+
+    listed, pid = isolation.call_agent(timers_probe, run).messages
+    assert listed == "wake:toolu_1" and pid != str(os.getpid())  # read in a process of its own
