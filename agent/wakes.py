@@ -31,7 +31,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from store import Event, Timer
+from store import Event, Timer, validate
+from store.settings import StoreSettings
 from store.timers import WAKE_PREFIX, Wakes, next_cron
 
 from agent.config import POLICIES, ConfigError, Tool, no_unknown_keys, positive_int
@@ -40,12 +41,16 @@ from agent.sources import ToolSource, register_table
 SOURCE = "wakes"
 NOTE_MAX = 2000
 CRON_LOOKAHEAD = 48  # occurrences checked for the shortest gap of a cron wake
+# The farthest a one-off wake may be set: past it a model's typo (seconds for days) would
+# sit unnoticed for years; the store's due time is a 64-bit integer of seconds anyway.
+MAX_AHEAD = 10 * 366 * 86400
 _KEYS = {"policy", "min_delay", "max_pending", "approval_ttl"}
+MAX_PAYLOAD = StoreSettings().max_payload_bytes
 
 SCHEDULE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "after_seconds": {"type": "integer", "minimum": 1,
+        "after_seconds": {"type": "integer", "minimum": 1, "maximum": MAX_AHEAD,
                           "description": "Wake once, this many seconds from now."},
         "at": {"type": "string", "description": "Wake once at this time, ISO 8601 "
                "(2026-12-24T09:00:00+01:00; without an offset, in tz)."},
@@ -179,6 +184,10 @@ def plan(input: dict[str, Any], limits: Limits, tool_use_id: str, now: int) -> T
                 "wakes cannot follow each other in a loop; nothing was scheduled")
     timer_id = WAKE_PREFIX + tool_use_id
     payload: dict[str, Any] = {"wake": timer_id, "note": note}
+    try:  # what the store would refuse at the finish (a NUL, a lone surrogate), refused now
+        validate.payload(payload, MAX_PAYLOAD)
+    except ValueError as exc:
+        raise WakeRefused(f"note: {exc}; nothing was scheduled") from None
     if "after_seconds" in input:
         after = int(input["after_seconds"])
         if after < limits.min_delay:
@@ -189,12 +198,20 @@ def plan(input: dict[str, Any], limits: Limits, tool_use_id: str, now: int) -> T
         due = _instant(str(input["at"]), zone)
         if due - now < limits.min_delay:
             raise WakeRefused(f"at={input['at']!r} is {due - now} s from now: {too_soon}")
+        if due - now > MAX_AHEAD:
+            raise WakeRefused(f"at={input['at']!r} is more than ten years away; nothing was scheduled")
         payload["set"] = f"once at {iso(due)}"
         return Timer(timer_id, payload, due=due)
     cron = str(input["cron"])
-    if not croniter.is_valid(cron):
-        raise WakeRefused(f"cron={cron!r} is not a valid cron expression; nothing was scheduled")
-    gap = _shortest_gap(cron, zone, now)
+    # A year field (a seventh) would let the schedule end, and the scan cannot advance a
+    # cron timer past its last occurrence.
+    if not croniter.is_valid(cron) or len(cron.split()) > 6:
+        raise WakeRefused(f"cron={cron!r} is not a valid cron expression (five fields, or six with "
+                          "seconds last); nothing was scheduled")
+    try:
+        gap = _shortest_gap(cron, zone, now)
+    except ValueError:  # croniter's CroniterBadDateError: it never fires (30 February)
+        raise WakeRefused(f"cron={cron!r} never fires; nothing was scheduled") from None
     if gap < limits.min_delay:
         raise WakeRefused(f"cron={cron!r} fires {gap} s apart: {too_soon}")
     payload["set"] = f"on cron {cron!r} in {zone.key}"

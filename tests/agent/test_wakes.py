@@ -148,15 +148,29 @@ def test_bad_input_is_refused_naming_what_is_wrong(agent: Agent) -> None:
                          call("schedule_wake", cron="0 9 * * *", tz="Mars/Olympus", note="where?"),
                          call("schedule_wake", cron="not a cron", note="?"),
                          call("schedule_wake", at="tomorrow", note="?"),
-                         call("schedule_wake", after_seconds=600)]))
+                         call("schedule_wake", after_seconds=600),
+                         call("schedule_wake", cron="0 0 30 2 *", note="never"),
+                         call("schedule_wake", cron="0 9 * * * 0 2027", note="a year field"),
+                         call("schedule_wake", at="2999-01-01T00:00:00Z", note="far")]))
     agent.wake()
     contents = [r["content"] for r in agent.results()]
-    assert all(r.get("is_error") for r in agent.results())
+    assert all(r.get("is_error") for r in agent.results()) and len(contents) == 9
+    assert "never fires" in contents[6] and "five fields, or six with seconds last" in contents[7]
+    assert "more than ten years away" in contents[8]
     assert "exactly one of after_seconds, at or cron" in contents[0] == contents[1]
     assert "'Mars/Olympus' is not a known IANA time zone" in contents[2]
     assert "not a valid cron expression" in contents[3] and "not an ISO 8601 time" in contents[4]
     assert "invalid input" in contents[5] and "'note' is a required property" in contents[5]
     assert agent.wakes() == []
+
+
+def test_a_note_the_store_would_refuse_is_refused_at_once() -> None:
+    """(A model's reply carrying a NUL fails the claude loop's finish on its own, by the
+    conversation it stores; a loop of your own may pass any note to the kit.)"""
+    from agent.wakes import Limits, WakeRefused, plan
+
+    with pytest.raises(WakeRefused, match=r"^note: .*\\u0000"):
+        plan({"after_seconds": 60, "note": "a\x00b"}, Limits(), "toolu_1", now=1_000_000)
 
 
 def test_a_cron_wake_in_a_time_zone_recurs_until_cancelled(agent: Agent, store: Store) -> None:
