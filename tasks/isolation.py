@@ -32,8 +32,8 @@ What crosses the boundary is data only: the agent itself (pickled by reference, 
 ``module:callable`` is imported), the Run's inbox, events, generation and memory, and back
 the Outcome or the exception (itself when it pickles, ``TryLater`` and ``LeaseLost``
 included, so the runtime treats it as if raised in its thread; else a RuntimeError naming
-its type and message). ``run.heartbeat()`` and ``run.grant()`` in the child are requests over
-the same pipe, served by the waiting thread with the Run's own callables: the lease stays the
+its type and message). ``run.heartbeat()``, ``run.grant()`` and ``run.timers()`` in the child
+are requests over the same pipe, served by the waiting thread with the Run's own callables: the lease stays the
 parent's (renewed by its lease keeper meanwhile, fenced by its holder and generation), and
 the child opens no database connection. The child's traceback rides along as a note.
 

@@ -99,7 +99,8 @@ def test_schedule_list_and_cancel_are_outcome_changes(agent: Agent) -> None:
     [outcome] = agent.wake()
     assert outcome.cancel_timers == [stored.id] and agent.wakes() == []
     cancelled, unknown = agent.results()
-    assert not cancelled.get("is_error") and unknown["is_error"] and "no pending wake 'wake:nosuch'" in unknown["content"]
+    assert not cancelled.get("is_error") and unknown["is_error"]
+    assert "no pending wake 'wake:nosuch'" in unknown["content"]
     agent.say(call("list_wakes"))
     agent.wake()
     assert agent.results()[0]["content"] == "no pending wakes"
