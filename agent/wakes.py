@@ -315,7 +315,7 @@ class RunWakes:
         return {k: v for k, v in self._stored.items() if k not in self.cancelled}
 
     def _listed(self) -> list[dict[str, Any]]:
-        mine = [{"id": t.timer_id, "next": "when this run commits" if t.due is None else iso(t.due),
+        mine = [{"id": t.timer_id, "next": iso(t.due) if t.due is not None else "counted from this run's commit",
                  "set": t.payload["set"], "note": t.payload["note"]} for t in self.timers]
         return list(self._live().values()) + mine
 
