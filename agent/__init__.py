@@ -69,6 +69,7 @@ class Run:
     # Budgets (store/spend.py), filled by the runtime; without one nothing is checked or counted.
     _check_budget: Callable[[Budget], Verdict | None] = field(repr=False, default=lambda budget: None)
     _count_spend: Callable[[Budget, Usage], None] = field(repr=False, default=lambda budget, usage: None)
+    _timers: Callable[[], list[Any]] = field(repr=False, default=lambda: [])
 
     def heartbeat(self) -> None:
         """Renew the lease. Raises LeaseLost when this worker no longer holds the inbox."""
@@ -102,6 +103,11 @@ class Run:
         """Call right after each model call with the usage it returned: counted at once in
         the store for the inbox and the agent, even if this run is later fenced."""
         self._count_spend(budget, usage)
+    def timers(self) -> list[Any]:
+        """This inbox's timers as stored now (``store.TimerRow``s), read-only: what the
+        agent's wakes count and list (agent/wakes.py). This run's own timers are not among
+        them until its finish commits."""
+        return list(self._timers())
 
 
 Agent = Callable[[Run], Outcome | None]

@@ -41,7 +41,7 @@ from store.spend import Usage
 from agent import BudgetReached, Run
 from agent.outage import TryLater, is_transient, retry_after
 from agent import config as config_module
-from agent import policy, tools
+from agent import policy, tools, wakes
 from agent.config import RUN_GRANT_TTL, AgentConfig
 from agent.conversation import MEMORY_KEY, Conversation, tool_result
 
@@ -149,9 +149,11 @@ class ClaudeRun:
     urgent: bool = False
     stop: str = ""
     resumes_at: int | None = None  # set when the daily budget stopped a model call
+    wake_book: wakes.RunWakes = field(init=False)
 
     def __post_init__(self) -> None:
         self.convo = Conversation.load(self.run.memory)
+        self.wake_book = wakes.RunWakes.of(self.cfg, self.run)  # its timers go into the Outcome
 
     def outcome(self) -> Outcome:
         fresh = self._read_batch()
@@ -170,7 +172,8 @@ class ClaudeRun:
         # Budget reached: the input stays in the conversation, answered when the next day's
         # budget wakes the inbox (docs/agent.md, "Budgets").
         resume = [Timer(BUDGET_TIMER, {"budget": "resumes"}, due=self.resumes_at)] if self.resumes_at else []
-        return Outcome(messages=messages, effects=self.effects, answered=self.answered, timers=resume,
+        return Outcome(messages=messages, effects=self.effects, answered=self.answered,
+                       timers=self.wake_book.timers + resume, cancel_timers=self.wake_book.cancelled,
                        memory={MEMORY_KEY: self.convo.state(self.cfg.conversation_budget),
                                LOG_KEY: self._log(), TOTALS_KEY: self._totals()})
 
@@ -292,6 +295,10 @@ class ClaudeRun:
         if d.kind == "refuse":
             return tool_result(use_id, d.reason, True)
         assert d.tool is not None
+        if d.tool.source == wakes.SOURCE:  # an Outcome change, or checked now and asked
+            answer = self.wake_book.answer(d.kind, d.tool, tool_input, use_id)
+            if answer is not None:
+                return tool_result(use_id, *answer)
         if d.kind == "inline":
             call = tools.ToolCall(use_id, name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
             with telemetry.execute_tool(name, use_id):

@@ -27,7 +27,7 @@ import telemetry
 from store import EffectRow, InvalidOutcome, Store
 from store.effects import Effects
 
-from agent import tools
+from agent import tools, wakes
 from agent.outage import TryLater
 from agent.config import AgentConfig, Tool
 
@@ -60,7 +60,7 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
         book.refuse(inbox, tool_use_id, f"the tool {effect.tool!r} is no longer allowed; nothing ran")
         return Executed(inbox, tool_use_id, effect.tool, "refused")
     try:
-        with _egress(book, cfg, effect, tool), telemetry.execute_tool(
+        with _egress(book, cfg, effect, tool), wakes.executing(book.store), telemetry.execute_tool(
                 effect.tool, tool_use_id, **{"wakeful.inbox": inbox, "wakeful.effect.attempt": effect.attempts}):
             result = tools.run(tool, dict(effect.input), _call(effect), cfg)
             telemetry.annotate(**{"error.type": "tool_error" if result["is_error"] else None})

@@ -41,7 +41,7 @@ from typing import Any
 from store import Effect, Event, Message, Outcome
 from store.effects import defang, idempotency_key
 
-from agent import Run, policy, tools
+from agent import Run, policy, tools, wakes
 from agent.config import RUN_GRANT_TTL, AgentConfig, Tool, current
 from agent.conversation import Conversation
 from agent.effects import refuse_unrunnable
@@ -105,6 +105,7 @@ class Toolkit:
         self._used: set[str] = set()
         self.results: list[ToolResult] = []
         self.events: list[Event] = []  # the batch but for results and answers, oldest first
+        self._wakes = wakes.RunWakes.of(cfg, run)  # schedule_wake / cancel_wake: Outcome timers
         self._read_batch()
 
     # -- what came in ---------------------------------------------------------------------
@@ -183,6 +184,10 @@ class Toolkit:
         if d.kind == "refuse":
             return ToolUse(use_id, name, "refused", d.reason, True)
         assert d.tool is not None
+        if d.tool.source == wakes.SOURCE:  # an Outcome change, or checked now and asked
+            answer = self._wakes.answer(d.kind, d.tool, input, use_id)
+            if answer is not None:
+                return ToolUse(use_id, name, "error" if answer[1] else "done", *answer)
         if d.kind == "inline":
             return self._inline(d.tool, input, use_id)
         ask = d.kind == "ask"
@@ -223,6 +228,8 @@ class Toolkit:
         effects = list(fields.pop("effects", [])) + self._effects
         answered = list(fields.pop("answered", [])) + self._answered
         memory = {**fields.pop("memory", {}), self.memory_key: self.state()}
+        fields["timers"] = list(fields.get("timers", [])) + self._wakes.timers
+        fields["cancel_timers"] = list(fields.get("cancel_timers", [])) + self._wakes.cancelled
         refuse_unrunnable(effects, self.config)
         said = [defang(m) if isinstance(m, str) else replace(m, body=defang(m.body)) for m in messages or []]
         return Outcome(messages=said, effects=effects, answered=answered, memory=memory, **fields)

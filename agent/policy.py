@@ -29,6 +29,7 @@ from store import Event
 
 from agent.config import RUNTIME_TOOLS, AgentConfig, Tool
 from agent.conversation import as_data, cut
+from agent import wakes
 
 Kind = Literal["runtime", "refuse", "inline", "effect", "ask"]
 
@@ -87,6 +88,9 @@ def event_text(config: AgentConfig, event: Event, limit: int) -> tuple[str, str 
     """An event as the model reads it (a payload's ``text``, else compact JSON naming the
     source; cut to ``limit``), and what it taints the conversation with: None for a source
     ``trusted_sources`` names, otherwise it is data, delimited and labelled."""
+    woken = wakes.arrival(event)  # a wake the model set: its own note, not an outsider's
+    if woken is not None:
+        return cut(woken, limit), None
     payload = event.payload or {}
     text = payload.get("text")
     if not isinstance(text, str):

@@ -40,4 +40,6 @@ def _apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, now
         key = validate.outside_key(*t.key) if t.key is not None else None
         timers.add(conn, s, inbox, t.timer_id, due, t.payload, every=t.every, cron=t.cron,
                    tz=t.tz, key=key, misfire=t.misfire, now=now)
+    for timer_id in outcome.cancel_timers:
+        timers.cancel(conn, inbox, validate.name("timer_id", timer_id, timers.TIMER_ID_MAX))
     memory.write(conn, s, inbox, outcome.memory, now)

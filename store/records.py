@@ -146,6 +146,9 @@ class Outcome:
     # this run read: the finish settles each of those by the answer that stands.
     effects: list[Effect] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
+    # Timer ids of this inbox to delete (after ``timers`` are written): a wake the model
+    # cancelled (agent/wakes.py) is gone only if this run commits.
+    cancel_timers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -201,3 +201,72 @@ def view(conn: Connection, inbox: str) -> list[TimerRow]:
         )
         for r in rows
     ]
+
+
+# -- wakes the model sets (agent/wakes.py) -------------------------------------------------
+# A wake is a timer whose id starts with WAKE_PREFIX. A run writes its wakes through its
+# Outcome (the fenced finish); a wake a human approved first (policy "ask") is written here
+# by the effect executor, fenced by the effect's attempt as the effect's own record is.
+
+WAKE_PREFIX = "wake:"
+
+
+def live_wakes(conn: Connection, inbox: str) -> int:
+    """How many wakes of ``inbox`` may still fire (a recurring one always may)."""
+    return len(conn.execute(
+        select(timers.c.timer_id).where(timers.c.inbox == inbox, LIVE,
+                                        timers.c.timer_id.startswith(WAKE_PREFIX, autoescape=True))
+    ).all())
+
+
+def _attempt_holds(conn: Connection, inbox: str, tool_use_id: str, attempt: int) -> bool:
+    """The effect ``tool_use_id`` is still executing this attempt (its row locked until the
+    commit): a superseded attempt writes nothing."""
+    from .tables import effects  # here, not at the top: effects is the executor's table
+
+    row = conn.execute(
+        select(effects.c.status, effects.c.attempts)
+        .where(effects.c.inbox == inbox, effects.c.tool_use_id == tool_use_id)
+        .with_for_update()
+    ).first()
+    return row is not None and row.status == "executing" and row.attempts == attempt
+
+
+class Wakes:
+    """The executor's side of wakes: each call one transaction, fenced by the effect attempt."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def write(self, inbox: str, tool_use_id: str, attempt: int, timer: Any, max_pending: int, *,
+              now: int | None = None) -> str:
+        """Write ``timer`` (a :class:`store.Timer`; ``after`` counts from now) for the effect
+        ``tool_use_id``: "written"; "exists" (a retried attempt: the first write stands, so an
+        occurrence never fires twice); "limit" (``max_pending`` live wakes already; nothing
+        written); "superseded" (this attempt no longer holds the effect)."""
+        from .db import clock
+
+        with self.store._transaction() as conn:
+            if not _attempt_holds(conn, inbox, tool_use_id, attempt):
+                return "superseded"
+            exists = conn.execute(select(timers.c.timer_id).where(
+                timers.c.inbox == inbox, timers.c.timer_id == timer.timer_id)).first()
+            if exists is not None:
+                return "exists"
+            if live_wakes(conn, inbox) >= max_pending:
+                return "limit"
+            at = clock(conn, now)
+            due = timer.due if timer.due is not None else (at + timer.after if timer.after is not None else None)
+            add(conn, self.store.settings, inbox, timer.timer_id, due, timer.payload, every=timer.every,
+                cron=timer.cron, tz=timer.tz, misfire=timer.misfire, now=at)
+            return "written"
+
+    def cancel(self, inbox: str, tool_use_id: str, attempt: int, timer_id: str) -> str:
+        """Delete the wake ``timer_id`` for the effect ``tool_use_id``: "cancelled", "unknown"
+        (no such wake: never set, fired, or cancelled already), or "superseded"."""
+        with self.store._transaction() as conn:
+            if not _attempt_holds(conn, inbox, tool_use_id, attempt):
+                return "superseded"
+            if not timer_id.startswith(WAKE_PREFIX):
+                return "unknown"
+            return "cancelled" if cancel(conn, inbox, timer_id) else "unknown"

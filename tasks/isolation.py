@@ -32,11 +32,11 @@ What crosses the boundary is data only: the agent itself (pickled by reference, 
 ``module:callable`` is imported), the Run's inbox, events, generation and memory, and back
 the Outcome or the exception (itself when it pickles, ``TryLater`` and ``LeaseLost``
 included, so the runtime treats it as if raised in its thread; else a RuntimeError naming
-its type and message). ``run.heartbeat()``, ``run.grant()`` and the budget hooks
-(``check_budget``, ``count_spend``) in the child are requests over the same pipe, served by
-the waiting thread with the Run's own callables: the lease stays the parent's (renewed by
-its lease keeper meanwhile, fenced by its holder and generation), and the child opens no
-database connection. The child's traceback rides along as a note.
+its type and message). ``run.heartbeat()``, ``run.grant()``, ``run.timers()`` and the
+budget hooks (``check_budget``, ``count_spend``) in the child are requests over the same pipe,
+served by the waiting thread with the Run's own callables: the lease stays the parent's
+(renewed by its lease keeper meanwhile, fenced by its holder and generation), and the child
+opens no database connection. The child's traceback rides along as a note.
 
 The waiting thread kills the child when the run's deadline passes (``deadline``, a
 ``time.monotonic()``; without one, ``WAKEFUL_RUN_TIME_LIMIT`` from the call) and raises
@@ -116,7 +116,7 @@ def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outc
 class _Request:
     """What the child sends: a call of the Run's ``heartbeat`` or ``mint_grant``, or the end."""
 
-    kind: str  # "heartbeat", "grant", "check_budget", "count_spend", "outcome", "error"
+    kind: str  # "heartbeat", "grant", "timers", "check_budget", "count_spend", "outcome", "error"
     value: Any = None
 
 
@@ -187,6 +187,8 @@ def _answer(request: _Request, run: Run, conn: Any) -> tuple[bool, Any]:
             reply = ("ok", run._check_budget(*request.value))
         elif request.kind == "count_spend":
             reply = ("ok", run._count_spend(*request.value))
+        elif request.kind == "timers":
+            reply = ("ok", run._timers())
         else:
             reply = ("ok", run._mint_grant(*request.value))
     except Exception as exc:  # noqa: BLE001 - the child's call raises it, as it would here
@@ -261,6 +263,7 @@ def _run_child(conn: Any, pickled: bytes, inbox: str, events: list[Any], generat
         run = Run(inbox=inbox, events=events, generation=generation, memory=memory,
                   _heartbeat=lambda: ask("heartbeat"),
                   _mint_grant=lambda routes, ttl: ask("grant", (routes, ttl)),
+                  _timers=lambda: ask("timers"),
                   _check_budget=lambda budget: ask("check_budget", (budget,)),
                   _count_spend=lambda budget, usage: ask("count_spend", (budget, usage)))
         outcome = agent(run)

@@ -270,7 +270,8 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
         with unpinned, keeper.holding(lease, settings.lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
                       memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant,
-                      _check_budget=lease.check_budget, _count_spend=lease.count_spend)
+                      _check_budget=lease.check_budget, _count_spend=lease.count_spend,
+                      _timers=functools.partial(lease.store.timers, inbox))
             outcome = isolation.call_agent(agent, run, deadline=lease.deadline) or Outcome()
     except LeaseLost:
         result["outcome"] = "fenced"
