@@ -67,7 +67,10 @@ def configured() -> tuple[AgentConfig, Any]:
         if _loaded is None:
             import anthropic
 
-            cfg = config_module.load()
+            cfg = config_module.current()
+            assert cfg is not None
+            if not cfg.model:
+                raise config_module.ConfigError(f"{cfg.path}: the claude agent needs an [agent] table with `model`")
             # With a [routes.anthropic] the model is reached through the egress proxy only,
             # with each run's grant: this process holds no key, and makes no keyed client.
             client = None if "anthropic" in cfg.routes else anthropic.Anthropic(
@@ -267,7 +270,7 @@ class ClaudeRun:
         assert d.tool is not None
         if d.kind == "inline":
             call = tools.ToolCall(use_id, name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
-            result = tools.run(d.tool, tool_input, call)
+            result = tools.run(d.tool, tool_input, call, self.cfg)
             return tool_result(use_id, self._tool_output(use_id, name, result["content"]), result["is_error"])
         ask = d.kind == "ask"
         self.effects.append(Effect(use_id, name, tool_input, delivery=d.tool.delivery,  # type: ignore[arg-type]

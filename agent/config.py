@@ -3,21 +3,25 @@
 ``[agent]`` says which model and how (``model``, ``system``, ``max_tokens``,
 ``max_model_calls``, ``trusted_sources`` ...); one ``[tools.NAME]`` table per tool says what
 the model may call and what the runtime does with it (``policy``, ``effect``, ``delivery``,
-``trusted_output`` ...). Trust is granted here, never assumed (DESIGN.md section 11): an event
+``trusted_output`` ...). Tools come from sources (agent/sources.py), one table kind per
+source kind: ``[tools.NAME]`` (a Python callable or an HTTP route, agent/tools.py),
+``[mcp.NAME]``, ``[wakes]``. Trust is granted here, never assumed (DESIGN.md section 11): an event
 of a source not named in ``trusted_sources``, and the answer of a tool not declared
 ``trusted_output``, are data that make writes wait for a human's yes. ``[routes.*]`` tables
 belong to the egress proxy and are not read here.
 
 Everything is checked when the file is loaded (a worker's start, ``wakeful check``): an
 unknown key or policy, a ``call`` that does not import, an invalid JSON Schema, a tool with no
-way to run. The error names the file and the tool. See docs/agent.md for every key.
+way to run, two tables declaring one tool name. The error names the file and the table.
+See docs/agent.md for every key. ``[agent]`` is the built-in claude agent's; a config read
+only for its tools (by the tool kit of another agent, agent/kit.py) may leave it out.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
+import threading
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +34,7 @@ from store.tables import HOOK_KINDS
 from store.validate import RUNTIME_SOURCES
 
 from agent import import_callable
+from agent.sources import ToolSource, parser_for, table_of
 
 ENV = "WAKEFUL_AGENT_CONFIG"
 POLICIES = ("allow", "deny", "ask")
@@ -37,12 +42,12 @@ EFFECTS = ("read", "write")
 DELIVERIES = {"at_least_once": "at-least-once", "at_most_once": "at-most-once"}
 # The tools the runtime itself offers the model (agent/claude.py): a config may not reuse them.
 RUNTIME_TOOLS = ("stay_silent", "mark_urgent")
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
 
 _AGENT_KEYS = {"model", "system", "max_tokens", "max_model_calls", "trusted_sources", "timeout",
                "max_retries", "conversation_budget", "effect_timeout"}
-_TOOL_KEYS = {"call", "routes", "route", "method", "path", "policy", "effect", "description", "input_schema",
-              "approval_ttl", "delivery", "trusted_output"}
+# What every tool's table may say, whatever its source (tool_settings below).
+TOOL_SETTINGS = {"policy", "effect", "description", "input_schema", "approval_ttl", "delivery", "trusted_output"}
 
 
 class ConfigError(ValueError):
@@ -51,6 +56,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Tool:
+    """One tool as the policy, the model and the executor see it, whatever runs it."""
+
     name: str
     policy: str  # allow, deny or ask
     effect: str  # read (runs inline, may run again after a crash) or write (after the commit)
@@ -66,6 +73,13 @@ class Tool:
     # Its answers reach the model as the owner's words (not data, no taint): declared only
     # for a tool whose output no outsider can write.
     trusted_output: bool = False
+    # The source that runs it (agent/sources.py): "python", "http", "mcp.NAME", "wakes".
+    # Left empty, it is "python" for a call and "http" for a route.
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            object.__setattr__(self, "source", "http" if self.route else "python")
 
     @property
     def grant_routes(self) -> tuple[str, ...]:
@@ -96,10 +110,25 @@ class AgentConfig:
     # An executing effect whose executor has been silent this long is taken again
     # (at-least-once) or reported interrupted (at-most-once).
     effect_timeout: int = 300
-    tools: dict[str, Tool] = field(default_factory=dict)
+    # Every tool source of the config, by name (agent/sources.py), in the file's order.
+    sources: dict[str, ToolSource] = field(default_factory=dict)
     # The names of the [routes.*] tables (the egress proxy's; their contents are not read
     # here): with "anthropic" among them the model is reached through the proxy.
     routes: tuple[str, ...] = ()
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        """Every tool the sources offer now, by name: the one view the policy, the offered
+        list, the loops and the executor read. Names are unique (checked at load; a name a
+        source lists later that another already has is left to the first)."""
+        tools: dict[str, Tool] = {}
+        for source in self.sources.values():
+            for tool in source.tools():
+                tools.setdefault(tool.name, tool)
+        return tools
+
+    def source_of(self, tool: Tool) -> ToolSource | None:
+        return self.sources.get(tool.source)
 
     def run_routes(self) -> list[str]:
         """What a run's own grant covers: the model's route and the routes of the tools that
@@ -129,23 +158,64 @@ def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
     return parse(raw, path)
 
 
+_lock = threading.Lock()
+_current: AgentConfig | None = None
+
+
+def current(required: bool = True) -> AgentConfig | None:
+    """This process's config (``WAKEFUL_AGENT_CONFIG``), loaded and checked once: what the
+    claude agent, the tool kit of any other agent (agent/kit.py) and the effect executor
+    read. None when the variable is not set and ``required`` is false."""
+    global _current
+    with _lock:
+        if _current is None:
+            if not required and not os.environ.get(ENV):
+                return None
+            _current = load()
+        return _current
+
+
+def for_worker(agent_spec: str) -> AgentConfig | None:
+    """What a worker hosting ``agent_spec`` (``WAKEFUL_AGENT``) loads at its start: the config
+    the claude agent requires, or any other agent's tools when ``WAKEFUL_AGENT_CONFIG`` is set
+    (its tool kit and the effect executor read them)."""
+    from agent import BUILTIN
+
+    cfg = current(required=BUILTIN.get(agent_spec, agent_spec) == BUILTIN["claude"])
+    if cfg is not None and not cfg.model and BUILTIN.get(agent_spec, agent_spec) == BUILTIN["claude"]:
+        raise ConfigError(f"{cfg.path}: the claude agent needs an [agent] table with `model`")
+    return cfg
+
+
 def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
-    unknown = set(raw) - {"agent", "tools", "routes"}
+    kinds = [k for k in raw if k not in ("agent", "routes")]
+    unknown = [k for k in kinds if parser_for(k) is None]
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}")
-    agent = raw.get("agent")
+    values = _agent_values(path, raw.get("agent"))
+    routes = raw.get("routes", {})
+    values["routes"] = tuple(sorted(routes)) if isinstance(routes, dict) else ()
+    values["sources"] = _sources(path, kinds, raw, values["routes"])
+    return AgentConfig(**values)
+
+
+def _agent_values(path: str, agent: Any) -> dict[str, Any]:
+    """The ``[agent]`` table: the claude agent's. Left out, the config is only tools (for the
+    tool kit of another agent); the claude agent refuses it for want of a model."""
+    if agent is None:
+        return {"path": path, "model": ""}
     if not isinstance(agent, dict):
-        raise ConfigError(f"{path}: an [agent] table with at least `model` is required")
+        raise ConfigError(f"{path}: [agent] must be a table with at least `model`")
     if "untrusted_sources" in agent:  # read silently, it would leave every other source trusted
         raise ConfigError(f"{path}: [agent] untrusted_sources is gone: every source is untrusted unless "
                           "named; write trusted_sources = [...] with the sources whose text is yours")
-    _no_unknown_keys(path, "[agent]", agent, _AGENT_KEYS)
+    no_unknown_keys(path, "[agent]", agent, _AGENT_KEYS)
     values: dict[str, Any] = {"path": path}
-    values["model"] = _text(path, "[agent]", agent, "model", required=True)
-    values["system"] = _text(path, "[agent]", agent, "system", default="")
+    values["model"] = text(path, "[agent]", agent, "model", required=True)
+    values["system"] = text(path, "[agent]", agent, "system", default="")
     for key in ("max_tokens", "max_model_calls", "conversation_budget", "effect_timeout"):
         if key in agent:
-            values[key] = _positive_int(path, "[agent]", key, agent[key])
+            values[key] = positive_int(path, "[agent]", key, agent[key])
     if "max_retries" in agent:
         retries = agent["max_retries"]
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
@@ -157,17 +227,32 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
             raise ConfigError(f"{path}: [agent] timeout must be a positive number of seconds")
         values["timeout"] = float(timeout)
     values["trusted_sources"] = _trusted_sources(path, agent.get("trusted_sources", []))
-    tools = raw.get("tools", {})
-    if not isinstance(tools, dict):
-        raise ConfigError(f"{path}: [tools] must hold one [tools.NAME] table per tool")
-    values["tools"] = {name: _tool(path, name, spec) for name, spec in tools.items()}
-    routes = raw.get("routes", {})
-    values["routes"] = tuple(sorted(routes)) if isinstance(routes, dict) else ()
-    for tool in values["tools"].values():
-        unknown_routes = set(tool.grant_routes) - set(values["routes"])
-        if unknown_routes:
-            raise ConfigError(f"{path}: [tools.{tool.name}]: no [routes.{sorted(unknown_routes)[0]}] table for it")
-    return AgentConfig(**values)
+    return values
+
+
+def _sources(path: str, kinds: list[str], raw: dict[str, Any], routes: tuple[str, ...]) -> dict[str, ToolSource]:
+    """Each table kind's sources, in the file's order; tool names unique across them."""
+    sources: dict[str, ToolSource] = {}
+    declared: dict[str, str] = {}  # tool name -> the table that declares it
+    for kind in kinds:
+        parse_table = parser_for(kind)
+        assert parse_table is not None
+        for source in parse_table(path, raw[kind]):
+            if source.name in sources:
+                raise ConfigError(f"{path}: [{kind}]: a second tool source named {source.name!r}")
+            sources[source.name] = source
+            for tool in source.tools():
+                where = table_of(source, tool)
+                if tool.name in declared:
+                    raise ConfigError(f"{path}: {declared[tool.name]} and {where} both declare a tool "
+                                      f"named {tool.name!r}; tool names are unique")
+                if tool.name in RUNTIME_TOOLS:
+                    raise ConfigError(f"{path}: {where}: {tool.name!r} is a tool the runtime offers itself")
+                missing = sorted(set(tool.grant_routes) - set(routes))
+                if missing:
+                    raise ConfigError(f"{path}: {where}: no [routes.{missing[0]}] table for it")
+                declared[tool.name] = where
+    return sources
 
 
 def _trusted_sources(path: str, sources: Any) -> tuple[str, ...]:
@@ -181,19 +266,15 @@ def _trusted_sources(path: str, sources: Any) -> tuple[str, ...]:
     return tuple(sources)
 
 
-def _tool(path: str, name: str, spec: Any) -> Tool:
-    where = f"[tools.{name}]"
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{path}: {where} must be a table")
-    if not _TOOL_NAME.match(name):
-        raise ConfigError(f"{path}: {where}: a tool name is 1-64 letters, digits, _ or -")
-    if name in RUNTIME_TOOLS:
-        raise ConfigError(f"{path}: {where}: {name!r} is a tool the runtime offers itself")
-    _no_unknown_keys(path, where, spec, _TOOL_KEYS)
-    policy = spec.get("policy")
+def tool_settings(path: str, where: str, spec: dict[str, Any], default_policy: str | None = None,
+                  default_effect: str = "write") -> dict[str, Any]:
+    """What every tool's table says whatever its source (``TOOL_SETTINGS``), checked, as
+    ``Tool`` fields; ``where`` names the table in errors. A source kind with a default per
+    server passes it as ``default_policy`` / ``default_effect``."""
+    policy = spec.get("policy", default_policy)
     if policy not in POLICIES:
         raise ConfigError(f"{path}: {where}: policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    effect = spec.get("effect", "write")
+    effect = spec.get("effect", default_effect)
     if effect not in EFFECTS:
         raise ConfigError(f"{path}: {where}: effect must be read or write, got {effect!r}")
     delivery = spec.get("delivery", "at_least_once")
@@ -206,55 +287,22 @@ def _tool(path: str, name: str, spec: Any) -> Tool:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise ConfigError(f"{path}: {where}: input_schema is not a valid JSON Schema: {exc.message}") from None
-    ttl = _positive_int(path, where, "approval_ttl", spec.get("approval_ttl", 3600))
+    ttl = positive_int(path, where, "approval_ttl", spec.get("approval_ttl", 3600))
     trusted_output = spec.get("trusted_output", False)
     if not isinstance(trusted_output, bool):
         raise ConfigError(f"{path}: {where}: trusted_output must be true or false")
-    tool = Tool(name=name, policy=policy, effect=effect, delivery=DELIVERIES[delivery], approval_ttl=ttl,
-                description=_text(path, where, spec, "description", default=""), input_schema=schema,
-                call=spec.get("call"), route=spec.get("route"), method=str(spec.get("method", "GET")).upper(),
-                path=str(spec.get("path", "/")), routes=_route_names(path, where, spec),
-                trusted_output=trusted_output)
-    _check_runnable(path, where, tool)
-    return tool
+    return {"policy": policy, "effect": effect, "delivery": DELIVERIES[delivery], "approval_ttl": ttl,
+            "description": text(path, where, spec, "description", default=""), "input_schema": schema,
+            "trusted_output": trusted_output}
 
 
-def _route_names(path: str, where: str, spec: dict[str, Any]) -> tuple[str, ...]:
-    routes = spec.get("routes", [])
-    if not isinstance(routes, list) or not all(isinstance(r, str) and r for r in routes):
-        raise ConfigError(f"{path}: {where}: routes must be a list of route names")
-    if routes and spec.get("call") is None:
-        raise ConfigError(f"{path}: {where}: routes is for a Python tool (call); an HTTP tool names its route")
-    return tuple(routes)
-
-
-def _check_runnable(path: str, where: str, tool: Tool) -> None:
-    if tool.call is not None and tool.route is not None:
-        raise ConfigError(f"{path}: {where}: give either call or route, not both")
-    if tool.call is not None:
-        try:
-            import_callable(tool.call)
-        except Exception as exc:  # an import error of any kind is the config's problem
-            raise ConfigError(f"{path}: {where}: call {tool.call!r} does not import "
-                              f"({type(exc).__name__}: {exc})") from None
-    elif tool.route is not None:
-        try:
-            importlib.import_module("agent.egress")
-        except ImportError:
-            raise ConfigError(f"{path}: {where}: route {tool.route!r} needs the egress client "
-                              "(agent/egress.py), which this installation lacks") from None
-    elif tool.policy != "deny":
-        raise ConfigError(f"{path}: {where}: no way to run it: give call = \"module:callable\" "
-                          "or route/method/path")
-
-
-def _no_unknown_keys(path: str, where: str, table: dict[str, Any], known: set[str]) -> None:
+def no_unknown_keys(path: str, where: str, table: dict[str, Any], known: set[str]) -> None:
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"{path}: {where}: unknown key(s) {', '.join(sorted(unknown))}")
 
 
-def _text(path: str, where: str, table: dict[str, Any], key: str, required: bool = False,
+def text(path: str, where: str, table: dict[str, Any], key: str, required: bool = False,
           default: str = "") -> str:
     if key not in table:
         if required:
@@ -266,7 +314,7 @@ def _text(path: str, where: str, table: dict[str, Any], key: str, required: bool
     return value
 
 
-def _positive_int(path: str, where: str, key: str, value: Any) -> int:
+def positive_int(path: str, where: str, key: str, value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigError(f"{path}: {where}: {key} must be a positive whole number, got {value!r}")
     return value

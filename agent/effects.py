@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from store import EffectRow, Store
+from store import EffectRow, InvalidOutcome, Store
 from store.effects import Effects
 
 from agent import tools
@@ -60,7 +60,7 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
         return Executed(inbox, tool_use_id, effect.tool, "refused")
     try:
         with _egress(book, cfg, effect, tool):
-            result = tools.run(tool, dict(effect.input), _call(effect))
+            result = tools.run(tool, dict(effect.input), _call(effect), cfg)
     except TryLater as exc:  # the tool's upstream is down: not a failure of the call
         status = book.postpone(inbox, tool_use_id, effect.attempts, str(exc), retry_after=exc.seconds,
                                maybe_done=exc.maybe_done)
@@ -88,3 +88,20 @@ def _egress(book: Effects, cfg: AgentConfig, effect: EffectRow, tool: Tool) -> A
 def _call(effect: EffectRow) -> tools.ToolCall:
     return tools.ToolCall(id=effect.tool_use_id, name=effect.tool, inbox=effect.inbox,
                           idempotency_key=effect.idempotency_key, attempt=effect.attempts)
+
+
+def refuse_unrunnable(effects: list[Any], cfg: AgentConfig | None) -> None:
+    """Raise ``InvalidOutcome`` when an Outcome carries an effect no configured tool can run
+    (no ``WAKEFUL_AGENT_CONFIG``, a tool it does not name, or one it denies): stored, it would
+    wait ``ready`` for ever. The runtime calls this before the finish (tasks/runs.py), so
+    nothing of the Outcome is stored and the run fails with this message, like an agent's
+    error; store/ stays free of the tool config."""
+    names = {getattr(e, "tool", None) for e in effects}
+    if not names:
+        return
+    tools = cfg.tools if cfg is not None else {}
+    unrunnable = sorted(str(n) for n in names if n not in tools or tools[n].policy == "deny")
+    if unrunnable:
+        where = f"in {cfg.path}" if cfg is not None else "(WAKEFUL_AGENT_CONFIG is not set)"
+        raise InvalidOutcome(f"no configured tool can run the effect(s) of {', '.join(map(repr, unrunnable))} "
+                             f"{where}; nothing of this run was stored")

@@ -27,22 +27,18 @@ from tasks.settings import settings
 log = logging.getLogger("wakeful.effects")
 
 
-CLAUDE = ("claude", "agent.claude:agent")
-
-
 @celeryd_init.connect
 def check_agent_config(**_kwargs: Any) -> None:
-    """A worker with the claude agent and a bad config stops at its start, saying why (the
-    file and the tool), instead of failing every run."""
-    if settings.agent not in CLAUDE:
-        return
-    from agent.config import ConfigError, load
+    """A worker whose agent config is wrong (the claude agent's, or the tools of any agent,
+    read whenever ``WAKEFUL_AGENT_CONFIG`` is set) stops at its start, saying why (the file
+    and the table), instead of failing every run or every effect."""
+    from agent.config import ConfigError, for_worker
 
     try:
-        cfg = load()
+        cfg = for_worker(settings.agent)
         # One model call, retries included, must end well inside the run's time limit (the
         # lease keeper renews the lease until then, not after).
-        if cfg.timeout * (cfg.max_retries + 1) >= settings.run_time_limit:
+        if cfg is not None and cfg.model and cfg.timeout * (cfg.max_retries + 1) >= settings.run_time_limit:
             raise ConfigError(f"{cfg.path}: [agent] timeout {cfg.timeout:g}s x {cfg.max_retries + 1} tries "
                               f"does not fit in WAKEFUL_RUN_TIME_LIMIT ({settings.run_time_limit}s)")
     except ConfigError as exc:
@@ -53,14 +49,15 @@ def check_agent_config(**_kwargs: Any) -> None:
 @app.task(name="wakeful.execute_effects")
 def execute_effects(inbox: Any = None, tool_use_id: Any = None) -> dict[str, Any]:
     """With ``inbox`` and ``tool_use_id``: execute that effect (agent/effects.py). Otherwise:
-    send one such task for each effect that may run now (of ``inbox``, or all)."""
-    if settings.agent not in CLAUDE:
-        return {"executed": 0, "skipped": "the agent is not the built-in claude agent"}
-    from agent.claude import configured
+    send one such task for each effect that may run now (of ``inbox``, or all). Whatever the
+    agent: an effect runs by the tools of ``WAKEFUL_AGENT_CONFIG``."""
+    from agent.config import current
     from agent.effects import execute
     from store.effects import Effects
 
-    cfg, _client = configured()
+    cfg = current(required=False)
+    if cfg is None:  # no tool is configured, so the runtime's finish stored no effect
+        return {"executed": 0, "skipped": "WAKEFUL_AGENT_CONFIG is not set: no tool is configured"}
     book = Effects(get_store())
     if isinstance(inbox, str) and isinstance(tool_use_id, str):
         done = execute(book, cfg, inbox, tool_use_id)

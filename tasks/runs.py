@@ -262,6 +262,12 @@ def _run_once(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[
                     exc_info=not isinstance(exc, SoftTimeLimitExceeded))
         return _complete(lease, ids, claim_next, result, error=error)
     try:
+        effects = getattr(outcome, "effects", None)
+        if isinstance(effects, list | tuple) and effects:  # one no configured tool runs waits for ever
+            from agent.config import current
+            from agent.effects import refuse_unrunnable
+
+            refuse_unrunnable(list(effects), current(required=False))
         return _complete(lease, ids, claim_next, result, outcome=outcome)
     except InvalidOutcome as exc:
         # The agent returned something the store refuses (not an Outcome, a bad timer ...):
