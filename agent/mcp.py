@@ -57,9 +57,11 @@ import logging
 import os
 import threading
 import time
+import tomllib
 import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -175,7 +177,22 @@ def _http_keys(path: str, where: str, spec: dict[str, Any]) -> dict[str, Any]:
     if not route or not endpoint.startswith("/") or any(c in endpoint for c in "?# "):
         raise ConfigError(f"{path}: {where}: route must name a [routes.NAME] and path be the MCP endpoint "
                           "below it (\"/mcp\")")
+    routes = _route_names(path)
+    if routes is not None and route not in routes:
+        raise ConfigError(f"{path}: {where}: no [routes.{route}] table for it (the proxy route that holds "
+                          "the server's token)")
     return {"route": route, "path": endpoint}
+
+
+def _route_names(path: str) -> set[str] | None:
+    """The file's [routes.*] names (a source is parsed from its own table only); None when
+    the config is not a file (parsed from a dict)."""
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    routes = raw.get("routes")
+    return set(routes) if isinstance(routes, dict) else set()
 
 
 def _stdio_keys(path: str, where: str, spec: dict[str, Any]) -> dict[str, Any]:
