@@ -186,7 +186,11 @@ def test_an_mcp_write_whose_executor_dies_between_call_and_record_is_called_agai
     with served(make_cluster, tmp_path, tool_log, "mcp-" + secrets.token_hex(12),
                 "sk-ant-" + secrets.token_hex(12)) as s:
         c = s.cluster
+        [executor] = c.run_workers  # the run workers execute the effects too (the runs queue)
         c.ingest("cy", "chat", "1", {"text": 'call files_flaky_refund {"order": 5}'})
+        c.wait(lambda: s.calls(s.stdio_state), "the first call")
+        c.wait(lambda: not executor.alive(), "the executor killed by its server between call and record")
+        c.procs.wait_ready(c.procs.worker("runs-b", ("wakeful.runs",)))  # what a supervisor does
         c.wait(lambda: "refunded order 5" in s.replies("cy"), "the write's result after the retake", timeout=120)
         [effect] = Effects(c.store).view("cy")
     calls = [x for x in s.calls(s.stdio_state) if x["tool"] == "flaky_refund"]
