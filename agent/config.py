@@ -40,6 +40,9 @@ ENV = "WAKEFUL_AGENT_CONFIG"
 POLICIES = ("allow", "deny", "ask")
 EFFECTS = ("read", "write")
 DELIVERIES = {"at_least_once": "at-least-once", "at_most_once": "at-most-once"}
+# A run's egress grant (the model's route, inline reads' routes) outlives no run: the lease
+# ends it at a takeover, this bounds it otherwise (WAKEFUL_RUN_TIME_LIMIT defaults to 600 s).
+RUN_GRANT_TTL = 900
 # The tools the runtime itself offers the model (agent/claude.py): a config may not reuse them.
 RUNTIME_TOOLS = ("stay_silent", "mark_urgent")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts

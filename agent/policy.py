@@ -11,18 +11,24 @@
 A conversation that holds untrusted text (agent/conversation.py: an event of a source the
 config does not trust, any tool's answer not declared ``trusted_output``) turns ``allow``
 write tools into ``ask``: that text may have steered the model, so a human sees the write
-first, told what tainted it.
+first, told what tainted it. Where text enters, ``event_text`` and ``tool_output`` say how
+the model reads it and what it taints with: the one rule for the claude loop and the tool kit
+of any other loop (agent/kit.py).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import jsonschema
 
+from store import Event
+
 from agent.config import RUNTIME_TOOLS, AgentConfig, Tool
+from agent.conversation import as_data, cut
 
 Kind = Literal["runtime", "refuse", "inline", "effect", "ask"]
 
@@ -69,12 +75,36 @@ def invalid_input(tool: Tool, tool_input: Any) -> str | None:
     return f"{where + ': ' if where else ''}{error.message}"
 
 
-def offered(config: AgentConfig) -> list[dict[str, Any]]:
-    """The tools the model is told about: every configured tool but the denied ones, and the
-    runtime's own."""
+def offered(config: AgentConfig, runtime: bool = True) -> list[dict[str, Any]]:
+    """The tools the model is told about: every configured tool but the denied ones, and
+    (for the claude loop) the runtime's own."""
     tools = [{"name": t.name, "description": t.description or t.name, "input_schema": t.input_schema}
              for t in config.tools.values() if t.policy != "deny"]
-    return tools + RUNTIME_TOOL_SPECS
+    return tools + (RUNTIME_TOOL_SPECS if runtime else [])
+
+
+def event_text(config: AgentConfig, event: Event, limit: int) -> tuple[str, str | None]:
+    """An event as the model reads it (a payload's ``text``, else compact JSON naming the
+    source; cut to ``limit``), and what it taints the conversation with: None for a source
+    ``trusted_sources`` names, otherwise it is data, delimited and labelled."""
+    payload = event.payload or {}
+    text = payload.get("text")
+    if not isinstance(text, str):
+        text = json.dumps({"source": event.source, "payload": payload}, ensure_ascii=False,
+                          separators=(",", ":"), sort_keys=True)
+    text = cut(text, limit)
+    if event.source in config.trusted_sources:  # trust is granted, never assumed
+        return text, None
+    return as_data(text, source=event.source, id=event.source_id), f"an event from {event.source}"
+
+
+def tool_output(config: AgentConfig, name: str, tool_use_id: str, content: str) -> tuple[str, str | None]:
+    """A tool's answer as the model reads it, and what it taints with: data (inline or an
+    effect's), unless the config declares that tool ``trusted_output``."""
+    tool = config.tools.get(name)
+    if tool is not None and tool.trusted_output:
+        return content, None
+    return as_data(content, tool=name, id=tool_use_id), f"the output of {name}"
 
 
 RUNTIME_TOOL_SPECS: list[dict[str, Any]] = [
