@@ -242,6 +242,12 @@ class MCPSource:
         self._listed_at = 0.0
         self._failed_at = 0.0
         self._connection = (HttpConnection(server) if server.route else StdioConnection(server))
+        _SOURCES.append(self)
+
+    def forked(self) -> None:
+        """In a forked child: locks another thread of the parent may have held are new (its
+        listing stays: the child starts with what the parent listed)."""
+        self._lock, self._listing = threading.Lock(), threading.Lock()
 
     # ToolSource
 
@@ -434,7 +440,16 @@ class _Loop:
 
 _LOOP = _Loop()
 _CONNECTIONS: list[StdioConnection] = []
-os.register_at_fork(after_in_child=lambda: (_LOOP.forked(), [c.forked() for c in _CONNECTIONS]))
+_SOURCES: list[MCPSource] = []
+
+
+def _forked() -> None:
+    _LOOP.forked()
+    for each in [*_CONNECTIONS, *_SOURCES]:
+        each.forked()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 @dataclass
