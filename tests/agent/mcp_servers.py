@@ -11,8 +11,9 @@ key. Tools:
 - ``lookup_order`` (readOnlyHint): "order N: shipped"; over HTTP it also echoes the
   Authorization header it received (the proxy must scrub the token on the way back);
 - ``refund``: a write, "refunded order N";
-- ``flaky_refund``: a write whose first call of a key kills the caller between the call and
-  its record: over stdio its parent (the executor process) with SIGKILL;
+- ``flaky_refund``: a write whose first call of a key loses its caller between the call and
+  its record: over stdio it kills its parent (the executor process) with SIGKILL; over HTTP it
+  holds the answer until ``STATE_DIR/release`` exists (the test kills the executor meanwhile);
 - ``close_account`` (destructiveHint): a config that calls it a read is overruled;
 - ``show_env``: the names of the environment variables the server process has;
 - ``noisy``: a description with bidi and zero-width characters, far over the bound;
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import json
 import os
+
+import anyio
 import signal
 import sys
 from pathlib import Path
@@ -80,9 +83,15 @@ def build(state: Path, transport: str) -> Scripted:
         return f"refunded order {order}"
 
     @app.tool(description="Refund an order (the first try's caller dies before recording it)")
-    def flaky_refund(order: int, ctx: Context) -> str:
-        if app.record("flaky_refund", {"order": order}, ctx) == 1 and transport == "stdio":
-            os.kill(os.getppid(), signal.SIGKILL)  # the executor, between the call and its record
+    async def flaky_refund(order: int, ctx: Context) -> str:
+        if app.record("flaky_refund", {"order": order}, ctx) == 1:
+            if transport == "stdio":
+                os.kill(os.getppid(), signal.SIGKILL)  # the executor, between the call and its record
+            else:  # the test kills the executor while this call is held, then lets it answer
+                for _ in range(1200):
+                    if (app.state / "release").exists():
+                        break
+                    await anyio.sleep(0.05)
         return f"refunded order {order}"
 
     @app.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True), description="Close an account")

@@ -7,8 +7,9 @@ behind the proxy, and over stdio, started by the worker processes themselves.
   with the effect's idempotency key in ``_meta``; a tool the server adds later is refused; the
   server's token (a route secret, in the proxy's environment only) is in no worker
   environment, log, prompt, outbox, Redis or ``pg_dump``, even though the server echoes it;
-- over stdio: the executor SIGKILLed between the call and its record (the server kills its
-  parent): the call is made again with the same key, and the effect is settled once;
+- the executor SIGKILLed between the call and its record, over stdio (the server kills its
+  parent) and over HTTP (the test kills it while the server holds the call): the call is made
+  again with the same key, and the effect is settled once;
 - a run worker SIGSTOPped past its lease: its MCP read is refused 403 ``fenced`` at the proxy
   and its write is never committed, so never run.
 """
@@ -73,6 +74,11 @@ effect = "read"
 policy = "ask"
 effect = "write"
 approval_ttl = 600
+
+[mcp.shop.tools.flaky_refund]
+policy = "allow"
+effect = "write"
+trusted_output = true
 
 [mcp.files]
 command = "{sys.executable}"
@@ -197,6 +203,26 @@ def test_an_mcp_write_whose_executor_dies_between_call_and_record_is_called_agai
     assert len(calls) == 2 and {x["key"] for x in calls} == {effect.idempotency_key}  # at least once, one key
     assert effect.status == "done" and effect.attempts == 2
     assert len({x["pid"] for x in calls}) == 2  # a new executor process, a new server process of its own
+
+
+def test_an_mcp_write_over_http_whose_executor_dies_mid_call_is_called_again_with_the_same_key(
+        make_cluster: Any, tmp_path: Path, tool_log: Path) -> None:
+    with served(make_cluster, tmp_path, tool_log, "mcp-" + secrets.token_hex(12),
+                "sk-ant-" + secrets.token_hex(12)) as s:
+        c = s.cluster
+        [executor] = c.run_workers
+        c.ingest("di", "chat", "1", {"text": 'call flaky_refund {"order": 6}'})
+        c.wait(lambda: s.calls(), "the first call, held by the server")
+        c.procs.kill(executor, signal.SIGKILL)  # between the call and its record
+        (s.state / "release").touch()
+        c.procs.wait_ready(c.procs.worker("runs-b", ("wakeful.runs",)))
+        c.wait(lambda: "refunded order 6" in s.replies("di"), "the write's result after the retake", timeout=120)
+        [effect] = Effects(c.store).view("di")
+    calls = [x for x in s.calls() if x["tool"] == "flaky_refund"]
+    assert len(calls) == 2 and {x["key"] for x in calls} == {effect.idempotency_key}
+    assert effect.status == "done" and effect.attempts == 2
+    audit = [a for a in c.store.audit("di") if a.route == "shop_mcp"]
+    assert {a.tool_use_id for a in audit} == {None, effect.tool_use_id}  # the runs' listings; the effect's calls
 
 
 def test_a_stalled_workers_mcp_calls_are_refused_fenced_and_its_write_never_runs(
