@@ -497,12 +497,8 @@ class HttpConnection:
         try:
             return _LOOP.run(lambda: _over_http(url, current.grant, self.server.timeout, refusal, use),
                              self.server.timeout + 5)
-        except MCPToolError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - sorted below: an outage, a refusal, the server's error
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
-            raise http_failure(self.server, exc, refusal) from None
+        except Exception as exc:  # sorted: an outage, a refusal, the server's error
+            raise failure(self.server, exc, refusal) from None
 
 
 async def _over_http(url: str, grant: str, timeout: float, refusal: Refusal,
@@ -528,28 +524,31 @@ async def _over_http(url: str, grant: str, timeout: float, refusal: Refusal,
             return await use(client)
 
 
-def http_failure(server: Server, exc: BaseException, refusal: Refusal) -> Exception:
-    """What an HTTP exchange's failure means: an outage (``TryLater``: the proxy or the
-    server away, 429, 5xx), a refusal (the proxy's 403 ``fenced``, a 4xx: the tool's error),
-    or the server's own JSON-RPC error."""
+def failure(server: Server, exc: BaseException, refusal: Refusal | None = None) -> Exception:
+    """What a failed exchange means. An outage (``Unavailable``, a ``TryLater``: the proxy, the
+    server or its process away, 429, 5xx, a timeout; ``maybe_done`` unless nothing can have
+    been sent); a refusal (the proxy's 403 ``fenced``, any other 4xx: the tool's error, with
+    the reason); or the server's own JSON-RPC error (the tool's error, with its text)."""
+    from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
     from agent.egress import EgressError, Unavailable
 
-    leaf = _leaf(exc)
     where = f"MCP server {server.name!r}"
-    if refusal.status:
-        reason = refusal.reason or f"HTTP {refusal.status}"
-        if is_transient(refusal.status):
-            sent = refusal.method == "tools/call"
-            return Unavailable(refusal.status, f"{where}: {reason}", refusal.outcome, after=refusal.after,
-                               maybe_done=sent and refusal.status not in NOT_ACTED_ON
-                               and refusal.outcome != "upstream_down")
-        return EgressError(refusal.status, f"{where}: {reason}", refusal.outcome)
+    if refusal is not None and refusal.status:
+        reason = f"{where}: {refusal.reason or 'HTTP ' + str(refusal.status)}"
+        if not is_transient(refusal.status):
+            return EgressError(refusal.status, reason, refusal.outcome)
+        sent = refusal.method == "tools/call" and refusal.outcome != "upstream_down"
+        return Unavailable(refusal.status, reason, refusal.outcome, after=refusal.after,
+                           maybe_done=sent and refusal.status not in NOT_ACTED_ON)
+    leaf = _leaf(exc)
     name = type(leaf).__name__
-    if name == "ConnectError":  # nothing left this process
-        return Unavailable(0, f"{where}: cannot reach the proxy ({name})")
-    if name.endswith(("Timeout", "TimeoutError")) or isinstance(leaf, TimeoutError) or "httpx" in type(leaf).__module__:
-        return Unavailable(0, f"{where}: the exchange broke off ({name})", maybe_done=True)
-    return MCPToolError(f"{where}: {name}: {str(leaf)[:500]}")
+    if name == "MCPError" and getattr(leaf, "code", None) not in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
+        return MCPToolError(f"{where}: {str(getattr(leaf, 'message', leaf))[:500]}")
+    spawn = isinstance(leaf, OSError) and not isinstance(leaf, TimeoutError) and refusal is None
+    if name == "ConnectError" or spawn:  # nothing can have reached the server
+        return Unavailable(0, f"{where}: cannot be reached or started ({name}: {str(leaf)[:200]})")
+    return Unavailable(0, f"{where}: the exchange broke off ({name}: {str(leaf)[:200]})", maybe_done=True)
 
 
 class StdioConnection:
@@ -583,18 +582,8 @@ class StdioConnection:
     def _exchange(self, use: Callable[[Any], Awaitable[Any]]) -> Any:
         try:
             return _LOOP.run(lambda: self._use(use), self.server.timeout + 5)
-        except MCPToolError:
-            raise
-        except OSError as exc:  # the command does not start
-            raise TryLater(f"MCP server {self.server.name!r} does not start: {exc}") from None
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
-            leaf = _leaf(exc)
-            if type(leaf).__name__ == "MCPError":
-                raise MCPToolError(f"MCP server {self.server.name!r}: {str(leaf)[:500]}") from None
-            raise TryLater(f"MCP server {self.server.name!r}: {type(leaf).__name__}: {str(leaf)[:300]}",
-                           maybe_done=True) from None
+        except Exception as exc:  # sorted: the process away (an outage), the server's error
+            raise failure(self.server, exc) from None
 
     async def _use(self, use: Callable[[Any], Awaitable[Any]]) -> Any:
         client = await self._client_now()

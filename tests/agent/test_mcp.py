@@ -165,3 +165,39 @@ def test_an_http_servers_tools_are_its_configured_ones_until_a_grant_lets_it_lis
 def test_no_key_is_in_the_sources_repr(files: Any) -> None:
     source = files.sources["mcp.files"]
     assert "passed-" not in repr(source.server) and os.environ["PASSED_TOKEN"] not in repr(source.server)
+
+
+def test_a_failed_exchange_is_an_outage_a_refusal_or_the_servers_error() -> None:
+    from mcp import MCPError
+    from mcp_types import REQUEST_TIMEOUT
+
+    from agent.egress import EgressError, Unavailable
+    from agent.outage import TryLater
+
+    server = mcp._server("agent.toml", "srv", {"command": "x", "policy": "ask"})
+    fenced = mcp.failure(server, RuntimeError("x"), mcp.Refusal(403, "fenced", "wakeful proxy: fenced", "tools/call"))
+    assert isinstance(fenced, EgressError) and not isinstance(fenced, TryLater) and fenced.outcome == "fenced"
+    busy = mcp.failure(server, RuntimeError("x"), mcp.Refusal(502, "upstream_down", "down", "tools/call"))
+    assert isinstance(busy, Unavailable) and not busy.maybe_done  # the proxy could not connect: nothing sent
+    cut = mcp.failure(server, RuntimeError("x"), mcp.Refusal(504, "upstream_timeout", "slow", "tools/call"))
+    assert isinstance(cut, Unavailable) and cut.maybe_done
+    listing = mcp.failure(server, RuntimeError("x"), mcp.Refusal(504, "upstream_timeout", "slow", "tools/list"))
+    assert isinstance(listing, Unavailable) and not listing.maybe_done
+    grouped = ExceptionGroup("g", [ExceptionGroup("h", [MCPError(-32602, "unknown tool: nope")])])
+    error = mcp.failure(server, grouped)
+    assert isinstance(error, mcp.MCPToolError) and "unknown tool: nope" in str(error)
+    timed_out = mcp.failure(server, MCPError(REQUEST_TIMEOUT, "timed out"))
+    assert isinstance(timed_out, TryLater) and timed_out.maybe_done
+    assert not mcp.failure(server, FileNotFoundError("no such command")).maybe_done  # never started
+    assert mcp.failure(server, TimeoutError("no answer in 65 s")).maybe_done
+
+
+def test_a_stdio_command_that_does_not_start_is_an_outage_and_the_config_still_loads(tmp_path: Path) -> None:
+    from agent.outage import TryLater
+
+    cfg = parse({"agent": {"model": "m"}, "mcp": {"gone": {
+        "command": str(tmp_path / "no-such-server"), "policy": "allow", "effect": "read",
+        "tools": {"lookup": {}}}}}, "agent.toml")
+    assert set(cfg.tools) == {"lookup"}  # the listing failed (logged): its configured tool is known
+    with pytest.raises(TryLater, match="cannot be reached or started"):
+        run(cfg.tools["lookup"], {}, ToolCall("toolu_x", "lookup", "ada", "k"), cfg)
