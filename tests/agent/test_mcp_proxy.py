@@ -29,6 +29,7 @@ from agent.config import parse
 from agent.tools import ToolCall, run
 from cli.processes import Processes, free_port, wait_for
 from store import Store
+from store.effects import Effects
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))
 from proxy_support import WAKEFUL, proxy_env, wait_healthy  # noqa: E402
@@ -149,3 +150,27 @@ def test_the_mcp_source_lists_and_calls_under_a_grant_and_is_refused_once_fenced
     refused = [a for a in behind.store.audit("fenced-inbox") if a.outcome == "fenced"]
     assert refused and all(a.status == 403 and a.generation == generation for a in refused)
     assert behind.token not in behind.proxy.text()
+
+
+def test_an_executor_that_never_listed_lists_under_the_effects_grant_and_runs_it_once(
+        behind: Behind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process whose first MCP work is an effect (a worker just restarted): the tool came
+    from the server's default, no table names it, so only a listing knows it."""
+    from agent.effects import execute_runnable
+    from store import Effect, Outcome
+
+    monkeypatch.setenv(egress.PROXY_URL_ENV, behind.proxy_url)
+    inbox = "exec-inbox"
+    generation = behind.store.acquire(inbox, "w1")
+    assert generation is not None
+    assert behind.store.finish(inbox, "w1", generation, [], outcome=Outcome(
+        effects=[Effect("toolu_exec_1", "refund", {"order": 8})]))
+    assert behind.store.release(inbox, "w1", generation)
+    cfg = parse({"routes": {"shop_mcp": {}}, "mcp": {"shop": {"route": "shop_mcp", "policy": "allow",
+                                                              "effect": "write"}}}, "<config>")
+    assert "refund" not in cfg.tools  # nothing listed yet in this "process"
+    [executed] = execute_runnable(behind.store, cfg, inbox=inbox)
+    assert executed.outcome == "done"
+    [effect] = Effects(behind.store).view(inbox)
+    refunds = [c for c in behind.calls() if c["tool"] == "refund" and c["key"] == effect.idempotency_key]
+    assert len(refunds) == 1 and effect.status == "done"
