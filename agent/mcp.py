@@ -66,7 +66,8 @@ from typing import Any
 
 import jsonschema
 
-from agent.config import TOOL_NAME, TOOL_SETTINGS, ConfigError, Tool, no_unknown_keys, positive_int, tool_settings
+from agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, Tool, no_unknown_keys, positive_int,
+                          tool_settings)
 from agent.outage import NOT_ACTED_ON, TryLater, is_transient, retry_after
 from agent.sources import ToolSource, register_table
 
@@ -112,6 +113,9 @@ class Server:
     prefix: str = ""
     list_ttl: int = LIST_TTL
     timeout: float = CALL_TIMEOUT
+    # Names the model already knows from elsewhere (the runtime's tools, the file's
+    # [tools.NAME] tables): a listed tool by one of these names is skipped, never a second.
+    taken: frozenset[str] = frozenset()
 
 
 def parse(path: str, tables: Any) -> list[ToolSource]:
@@ -152,7 +156,8 @@ def _server(path: str, name: str, spec: Any) -> Server:
             raise ConfigError(f"{path}: [mcp.{name}.tools.{tool_name}]: {prefix + tool_name!r} is not a tool name "
                               "the model accepts (1-64 letters, digits, _ or -)")
     values: dict[str, Any] = {"name": name, "table": where, "defaults": defaults, "overrides": overrides,
-                              "pinned": pinned, "prefix": prefix}
+                              "pinned": pinned, "prefix": prefix,
+                              "taken": frozenset(RUNTIME_TOOLS) | (_declared(path, "tools") or frozenset())}
     if "list_ttl" in spec:
         values["list_ttl"] = positive_int(path, where, "list_ttl", spec["list_ttl"])
     if "timeout" in spec:
@@ -177,22 +182,22 @@ def _http_keys(path: str, where: str, spec: dict[str, Any]) -> dict[str, Any]:
     if not route or not endpoint.startswith("/") or any(c in endpoint for c in "?# "):
         raise ConfigError(f"{path}: {where}: route must name a [routes.NAME] and path be the MCP endpoint "
                           "below it (\"/mcp\")")
-    routes = _route_names(path)
+    routes = _declared(path, "routes")
     if routes is not None and route not in routes:
         raise ConfigError(f"{path}: {where}: no [routes.{route}] table for it (the proxy route that holds "
                           "the server's token)")
     return {"route": route, "path": endpoint}
 
 
-def _route_names(path: str) -> set[str] | None:
-    """The file's [routes.*] names (a source is parsed from its own table only); None when
-    the config is not a file (parsed from a dict)."""
+def _declared(path: str, kind: str) -> frozenset[str] | None:
+    """The names of the file's ``[kind.NAME]`` tables (a source is parsed from its own tables
+    only); None when the config is not a file (parsed from a dict)."""
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    routes = raw.get("routes")
-    return set(routes) if isinstance(routes, dict) else set()
+    tables = raw.get(kind)
+    return frozenset(tables) if isinstance(tables, dict) else frozenset()
 
 
 def _stdio_keys(path: str, where: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -318,6 +323,9 @@ class MCPSource:
             if not TOOL_NAME.match(exposed):
                 log.warning("%s: a tool named %r is not a name the model accepts; skipped", s.table,
                             str(remote.name)[:80])
+                continue
+            if exposed in s.taken:
+                log.warning("%s: a tool named %r is another table's (or the runtime's); skipped", s.table, exposed)
                 continue
             if remote.name in s.overrides:
                 fields = s.overrides[remote.name]

@@ -201,3 +201,19 @@ def test_a_stdio_command_that_does_not_start_is_an_outage_and_the_config_still_l
     assert set(cfg.tools) == {"lookup"}  # the listing failed (logged): its configured tool is known
     with pytest.raises(TryLater, match="cannot be reached or started"):
         run(cfg.tools["lookup"], {}, ToolCall("toolu_x", "lookup", "ada", "k"), cfg)
+
+
+def test_a_listed_name_another_table_or_the_runtime_has_is_skipped(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    path = tmp_path / "agent.toml"
+    path.write_text('[agent]\nmodel = "m"\n\n[mcp.srv]\ncommand = "/nonexistent"\npolicy = "allow"\n'
+                    'effect = "read"\n\n[tools.refund]\ncall = "agent_tools:refund"\npolicy = "ask"\n')
+    source = mcp.MCPSource(mcp._server(str(path), "srv", {"command": "/nonexistent", "policy": "allow",
+                                                          "effect": "read"}))
+
+    def remote(name: str) -> Any:
+        return SimpleNamespace(name=name, description="", input_schema={"type": "object"}, annotations=None)
+
+    source._take([remote("stay_silent"), remote("refund"), remote("lookup"), remote("bad name")])
+    assert set(source._listed or {}) == {"lookup"}  # the runtime's, [tools.refund], and no valid name
