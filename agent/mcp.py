@@ -244,6 +244,7 @@ class MCPSource:
         self._listed: dict[str, Tool] | None = None  # model's name -> Tool, once listed
         self._upstream_names: dict[str, str] = {}  # model's name -> the server's name
         self._first: frozenset[str] | None = None  # the server's names at the first listing
+        self._said: set[str] = set()  # later tools already logged
         self._listed_at = 0.0
         self._failed_at = 0.0
         self._connection = (HttpConnection(server) if server.route else StdioConnection(server))
@@ -336,7 +337,8 @@ class MCPSource:
             tool = self._tool(exposed, fields, remote)
             if tool is not None:
                 tools[exposed], upstream[exposed] = tool, str(remote.name)
-        added = sorted(n for n in names if n not in first and n not in s.overrides)
+        added = sorted(n for n in names if n not in first and n not in s.overrides and n not in self._said)
+        self._said.update(added)
         if added:
             log.warning("%s: tool(s) %s appeared after the first listing; denied until configured",
                         s.table, ", ".join(repr(n[:64]) for n in added[:10]))
