@@ -21,6 +21,8 @@ built-in Claude agent (agent/claude.py, configured by ``WAKEFUL_AGENT_CONFIG``).
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,11 +73,22 @@ def load_agent(spec: str) -> Agent:
     """Import ``module:callable`` (or a built-in's name); a clear error when it is not there.
     The claude agent's config is read and checked here, so a bad one stops a worker's start."""
     spec = BUILTIN.get(spec, spec)
+    importable_from(os.getcwd())
     if spec == BUILTIN["claude"]:
         from agent.claude import configured
 
         configured()
     return import_callable(spec)
+
+
+def importable_from(*directories: str | os.PathLike[str]) -> None:
+    """Let ``module:callable`` name a module in these directories (the agent config's own,
+    the working directory, as Celery's ``-A`` finds an app there) with no ``PYTHONPATH``.
+    Appended to ``sys.path``: a local file never shadows an installed package."""
+    for directory in directories:
+        entry = os.path.abspath(directory)
+        if entry not in sys.path:
+            sys.path.append(entry)
 
 
 def import_callable(spec: str) -> Callable[..., Any]:

@@ -33,7 +33,7 @@ import jsonschema
 from store.tables import HOOK_KINDS
 from store.validate import RUNTIME_SOURCES
 
-from agent import import_callable
+from agent import import_callable, importable_from
 from agent.sources import ToolSource, parser_for, table_of
 
 ENV = "WAKEFUL_AGENT_CONFIG"
@@ -153,13 +153,14 @@ def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
     """Read and check the file (``WAKEFUL_AGENT_CONFIG`` by default)."""
     path = str(path or os.environ.get(ENV) or "")
     if not path:
-        raise ConfigError(f"{ENV} is not set: the claude agent needs a TOML config (see docs/agent.md)")
+        raise ConfigError(f"{ENV} is not set: the claude agent and the tool kit read a TOML config (see docs/agent.md)")
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the agent config ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    importable_from(Path(path).parent, os.getcwd())  # call = "mytools:fn" next to the config
     return parse(raw, path)
 
 

@@ -38,7 +38,8 @@ class ToolSource(Protocol):
     name: str
 
     def tools(self) -> list[Tool]:
-        """What it offers now (may be listed lazily, or again on a TTL)."""
+        """What it offers now (may be listed lazily, or again on a TTL). Read on every
+        decision (``AgentConfig.tools``): keep it cheap, a list kept between listings."""
         ...
 
     def call(self, tool: Tool, input: dict[str, Any], call: ToolCall) -> Any:

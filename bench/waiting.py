@@ -484,11 +484,14 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
                                                            "payload": {"text": "hello", "wait": wait}})
         deadline = time.time() + _ideal(wait, n, worker.concurrency) + rig.ctx.agent_sizes.settle
         while len(seen) < n and time.time() < deadline:
-            rows = conn.execute("SELECT id, inbox, body FROM outbox WHERE id > %s ORDER BY id", (last,)).fetchall()
+            # By inbox, not "id > the last seen": finishes commit out of id order, and a row
+            # committed after a higher id was read would never be seen.
+            unseen = [i for i in sent if i not in seen]
+            rows = conn.execute("SELECT id, inbox, body FROM outbox WHERE id > %s AND inbox = ANY(%s)",
+                                (last, unseen)).fetchall()
             now = time.time()
-            for row_id, inbox, body in rows:
-                last = max(last, row_id)
-                if inbox in sent and inbox not in seen:
+            for _row_id, inbox, body in rows:
+                if inbox not in seen:
                     seen[inbox] = now
                     if not model:
                         try:
@@ -497,6 +500,8 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
                         except (ValueError, KeyError, TypeError):
                             pass
             time.sleep(0.05)
+        if len(seen) < n:
+            fig.extra["unseen"] = _unseen(conn, [i for i in sent if i not in seen])
     sampler.stop()
     fig.cut = len(seen) < n
     fig.done = len(seen)
@@ -521,6 +526,18 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
         fig.extra["proxy_db_connections"] = sampler.connections["proxy"]
     fig.errors = rig.error_lines(offsets)
     return fig
+
+
+def _unseen(conn: Any, inboxes: list[str]) -> dict[str, int]:
+    """Where the inboxes whose reply never came stand, for a cut form: their events' status
+    and whether the inbox is leased (live, lapsed or never)."""
+    rows = conn.execute(
+        "SELECT e.status || ' attempts=' || e.attempts || CASE WHEN e.not_before > extract(epoch FROM now()) "
+        "THEN ' backing off' ELSE '' END || CASE WHEN i.inbox IS NULL THEN ', no inbox row' "
+        "WHEN i.lease_until >= extract(epoch FROM now()) THEN ', leased' ELSE ', not leased' END, count(*) "
+        "FROM events e LEFT JOIN inboxes i ON i.inbox = e.inbox WHERE e.inbox = ANY(%s) GROUP BY 1",
+        (inboxes,)).fetchall()
+    return {state: count for state, count in rows}
 
 
 def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:

@@ -6,33 +6,48 @@ import typer
 
 
 def check() -> None:
-    """Check the settings and the agent (for WAKEFUL_AGENT=claude, its WAKEFUL_AGENT_CONFIG:
-    every tool's policy, call and input schema). Exit 1 with the reason if anything is wrong."""
+    """Check the settings and the agent, and the tool config (WAKEFUL_AGENT_CONFIG: every
+    tool's policy, call and input schema) when the agent is claude or the file is named.
+    Exit 2 on a bad setting, 1 on a bad agent or config, with the reason on one line."""
+    import os
+
+    try:  # the settings are read as the module loads (tasks/settings.py)
+        from tasks.settings import Settings
+
+        settings = Settings.from_env()
+    except ValueError as exc:  # SettingsError: names the variable and what it accepts
+        typer.echo(f"wakeful check: {exc}", err=True)
+        raise typer.Exit(2) from None
     from agent import BUILTIN, load_agent
     from agent.config import ConfigError, load
-    from tasks.settings import SettingsError, Settings
 
     try:
-        settings = Settings.from_env()
-        if BUILTIN.get(settings.agent, settings.agent) == BUILTIN["claude"]:
-            cfg = load()
-            typer.echo(f"agent: claude, model {cfg.model}, config {cfg.path}")
-            typer.echo(f"  trusted sources: {', '.join(cfg.trusted_sources) or 'none (every event is data)'}")
-            for tool in cfg.tools.values():
-                runs = tool.call or f"route {tool.route} {tool.method} {tool.path}"
-                typer.echo(f"  tool {tool.name}: {tool.policy}, {tool.effect}"
-                           f"{', ' + tool.delivery if tool.effect == 'write' else ''}"
-                           f"{f', approval_ttl {tool.approval_ttl}s' if tool.policy == 'ask' else ''}"
-                           f"{', trusted output' if tool.trusted_output else ''} ({runs})")
-            webhooks = ", ".join(cfg.trusted_webhook_sources())
-            if webhooks:
-                typer.echo(f"wakeful check: warning: trusted_sources names webhook sources ({webhooks}): "
-                           "whoever gets a signed webhook sent (a stranger's comment, a customer's note) "
-                           "speaks as you, and an allowed write then runs without a yes", err=True)
-        else:
+        claude = BUILTIN.get(settings.agent, settings.agent) == BUILTIN["claude"]
+        if not claude:
             load_agent(settings.agent)
             typer.echo(f"agent: {settings.agent}")
-    except (ConfigError, SettingsError, ImportError, AttributeError, TypeError, ValueError) as exc:
+        if claude or os.environ.get("WAKEFUL_AGENT_CONFIG"):
+            _show(load(), claude)
+    except (ConfigError, ImportError, AttributeError, TypeError, ValueError) as exc:
         typer.echo(f"wakeful check: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo("ok")
+
+
+def _show(cfg: object, claude: bool) -> None:
+    from agent.config import AgentConfig
+
+    assert isinstance(cfg, AgentConfig)
+    typer.echo(f"agent: claude, model {cfg.model}, config {cfg.path}" if claude else f"tools: config {cfg.path}")
+    typer.echo(f"  trusted sources: {', '.join(cfg.trusted_sources) or 'none (every event is data)'}")
+    for tool in cfg.tools.values():
+        runs = tool.call or f"route {tool.route} {tool.method} {tool.path}"
+        typer.echo(f"  tool {tool.name}: {tool.policy}, {tool.effect}"
+                   f"{', ' + tool.delivery if tool.effect == 'write' else ''}"
+                   f"{f', approval_ttl {tool.approval_ttl}s' if tool.policy == 'ask' else ''}"
+                   f"{', trusted output' if tool.trusted_output else ''} ({runs})")
+    webhooks = ", ".join(cfg.trusted_webhook_sources())
+    if webhooks:
+        typer.echo(f"wakeful check: warning: trusted_sources names webhook sources ({webhooks}): "
+                   "whoever gets a signed webhook sent (a stranger's comment, a customer's note) "
+                   "speaks as you, and an allowed write then runs without a yes", err=True)

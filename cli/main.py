@@ -113,13 +113,51 @@ def up(
             names.remove("proxy")
         if "web" in names and not _web_available():
             names.remove("web")
+    secrets = _route_secret_vars("proxy" in names)
     _init()
+    if secrets:
+        path = _procfile_without(path, secrets, settings.home)
     # The Procfile's commands (celery, wakeful, python) are this interpreter's, also from a
     # virtualenv that was never activated.
     scripts = str(Path(sys.executable).parent)
     os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
     honcho = shutil.which("honcho") or str(Path(scripts) / "honcho")
     os.execv(honcho, [honcho, "-f", str(path), "-d", str(Path.cwd()), "start", *names])
+
+
+def _route_secret_vars(proxy_starts: bool) -> list[str]:
+    """The environment variables that hold the egress routes' secrets (``secret_env`` of the
+    agent config's ``[routes.*]``): the proxy's alone. A config the proxy cannot serve stops
+    ``up`` with the proxy's one-line reason when the proxy is to start."""
+    if not os.environ.get("WAKEFUL_AGENT_CONFIG"):
+        return []
+    from proxy.routes import RoutesError, load
+
+    try:
+        routes = load()
+    except RoutesError as exc:
+        if proxy_starts:
+            typer.echo(f"wakeful up: {exc}", err=True)
+            raise typer.Exit(2) from None
+        return []
+    return sorted({r.secret_env for r in routes.values() if r.secret_env})
+
+
+def _procfile_without(path: Path, secrets: list[str], home: Path) -> Path:
+    """A copy of the Procfile whose processes but the proxy start with ``secrets`` unset (``exec``:
+    not even the shell honcho starts stays behind holding them):
+    honcho gives every process the same environment, and a worker must never hold a key."""
+    unset = " ".join(f"-u {name}" for name in secrets)
+    lines = []
+    for line in path.read_text().splitlines():
+        name, sep, command = line.partition(":")
+        if sep and name.strip() and not name.lstrip().startswith("#") and name.strip() != "proxy":
+            line = f"{name}: exec env {unset} {command.strip()}"
+        lines.append(line)
+    home.mkdir(parents=True, exist_ok=True)
+    out = home / "Procfile.up"
+    out.write_text("\n".join(lines) + "\n")
+    return out
 
 
 def _find_procfile() -> Path:

@@ -73,6 +73,7 @@ class Route:
     allow: tuple[Rule, ...]
     secret: str = field(repr=False)
     pass_headers: frozenset[str] = frozenset()  # lower case
+    secret_env: str = ""  # the environment variable the secret came from (none for secret_file)
 
     def allows(self, method: str, path: str) -> bool:
         return any(rule.allows(method, path) for rule in self.allow)
@@ -120,7 +121,8 @@ def _route(path: str, name: str, spec: Any, env: Mapping[str, str]) -> Route:
         raise RoutesError(f"{where}: header must be an HTTP header name (not {', '.join(sorted(_RESERVED))})")
     return Route(name=name, upstream=_upstream(where, spec.get("upstream")), header=header.lower(),
                  allow=_allow(where, spec.get("allow")), secret=_secret(where, spec, env),
-                 pass_headers=_pass_headers(where, spec.get("pass_headers", []), header.lower()))
+                 pass_headers=_pass_headers(where, spec.get("pass_headers", []), header.lower()),
+                 secret_env=spec["secret_env"] if "secret_env" in spec else "")
 
 
 def _pass_headers(where: str, value: Any, secret_header: str) -> frozenset[str]:

@@ -62,6 +62,9 @@ class BatchItem:
     ignore_result: bool
     headers: dict[str, Any] = field(default_factory=dict)
     chord: Any = None  # Celery's result backend reads it after storing a result
+    # Where the rpc:// result backend (RabbitMQ's default) sends a result the caller asked for.
+    reply_to: str | None = None
+    correlation_id: str | None = None
 
 
 class BatchTask(Task):
@@ -205,6 +208,8 @@ def _item(message: Any) -> tuple[BatchItem, float]:
         args, kwargs, _ = payload
         fields = headers
     eta = maybe_iso8601(fields.get("eta")) if fields.get("eta") else None
+    properties = message.properties or {}
     item = BatchItem(id=fields.get("id"), args=tuple(args), kwargs=dict(kwargs),
-                     ignore_result=bool(fields.get("ignore_result", False)), headers=headers)
+                     ignore_result=bool(fields.get("ignore_result", False)), headers=headers,
+                     reply_to=properties.get("reply_to"), correlation_id=properties.get("correlation_id"))
     return item, (eta.timestamp() if eta is not None else 0.0)

@@ -17,6 +17,7 @@ from typing import Any
 from store import StoreSettings
 from store.db import embedded_url
 
+AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
 
 class SettingsError(ValueError):
     """A setting that cannot work; the message names the variable (never a secret's value)."""
@@ -198,6 +199,11 @@ class Settings:
             return self.result_backend
         if self.broker.startswith(("redis://", "rediss://", "redis+socket://")):
             return self.broker
+        if self.broker.startswith(AMQP_SCHEMES):
+            # RabbitMQ: results travel back as messages to the caller that asked (Celery's
+            # advice for AMQP). Nothing on a local disk, so it holds across machines; a
+            # SQLite file under ./var made every process on RabbitMQ crash at its start.
+            return "rpc://"
         return f"db+sqlite:///{(self.home / 'results.sqlite3').resolve()}"
 
     @property

@@ -110,3 +110,35 @@ def reserved_redis_db(wait_s: float = 300) -> Iterator[int]:
         if "no free Redis database" not in str(exc):
             raise
         pytest.fail("no free Redis database number for this test")
+
+
+RABBITMQ_URL = os.environ.get("WAKEFUL_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672")
+
+
+@contextmanager
+def rabbitmq_vhost() -> Iterator[str]:
+    """A fresh RabbitMQ virtual host for one test (``rabbitmqctl``, as the server's admin),
+    deleted after it: an AMQP broker URL whose queues no other test shares."""
+    import shutil
+    import socket
+    import subprocess
+
+    url = make_url(RABBITMQ_URL.replace("amqp://", "amqp+x://", 1))
+    try:
+        socket.create_connection((url.host or "127.0.0.1", url.port or 5672), timeout=3).close()
+    except OSError as exc:
+        service_missing("RabbitMQ", exc)
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None:
+        service_missing("RabbitMQ's rabbitmqctl", "not on PATH")
+    vhost = f"wakeful_t_{uuid.uuid4().hex[:10]}"
+
+    def admin(*args: str) -> None:
+        subprocess.run([ctl, "-q", *args], check=True, capture_output=True, timeout=60)
+
+    admin("add_vhost", vhost)
+    try:
+        admin("set_permissions", "-p", vhost, url.username or "guest", ".*", ".*", ".*")
+        yield f"{RABBITMQ_URL}/{vhost}"
+    finally:
+        admin("delete_vhost", vhost)

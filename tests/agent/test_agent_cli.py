@@ -58,3 +58,32 @@ def test_demo_agent_plays_ask_yes_once_deny_and_expiry_offline(tmp_path: Path) -
     assert "a bundled scripted model, offline" in done.stdout
     assert "refunds executed: 1" in done.stdout and "ok: no refund of order 77" in done.stdout
     assert "Every step happened as described." in done.stdout
+
+
+def test_a_tool_module_next_to_the_config_and_an_agent_in_the_working_directory_import_without_pythonpath(
+        tmp_path: Path) -> None:
+    """The ``wakeful`` script, as a user runs it: no PYTHONPATH, and no ``python -m`` putting
+    the working directory on ``sys.path``."""
+    configs, work = tmp_path / "configs", tmp_path / "work"
+    configs.mkdir()
+    work.mkdir()
+    (configs / "localtools.py").write_text("def shout(input, call):\n    return str(input).upper()\n")
+    (configs / "agent.toml").write_text(
+        '[agent]\nmodel = "m"\n\n[tools.shout]\ncall = "localtools:shout"\npolicy = "allow"\n'
+        'effect = "read"\ndescription = "Shout"\n')
+    (work / "myagent.py").write_text("def agent(run):\n    return None\n")
+    wakeful = str(Path(sys.executable).with_name("wakeful"))
+    env = {k: v for k, v in _env(tmp_path).items() if k != "PYTHONPATH"}
+    for agent in ("claude", "myagent:agent"):
+        done = subprocess.run([wakeful, "check"], cwd=work, capture_output=True, text=True, timeout=120,
+                              env={**env, "WAKEFUL_AGENT": agent, "WAKEFUL_AGENT_CONFIG": str(configs / "agent.toml")})
+        assert done.returncode == 0, (agent, done.stdout, done.stderr)
+        assert "tool shout: allow, read" in done.stdout, (agent, done.stdout)
+
+
+def test_check_answers_a_bad_setting_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    for variable, value in (("WAKEFUL_AGENT", "claud"), ("WAKEFUL_LEASE_TTL", "soon")):
+        done = _wakeful(_env(tmp_path, **{variable: value}), "check")
+        assert done.returncode == 2, (variable, done.stderr)
+        assert done.stderr.count("\n") == 1 and variable in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

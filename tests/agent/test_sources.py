@@ -98,3 +98,28 @@ def test_a_bare_tool_runs_by_the_built_in_source_it_names() -> None:
     mcp = Tool(name="x", policy="allow", effect="read", description="", input_schema={}, source="mcp.gh")
     result = run(mcp, {}, ToolCall("toolu_2", "x", "inbox-a", "key-2"))
     assert result["is_error"] and "no tool source 'mcp.gh' is configured" in result["content"]
+
+
+def test_a_worker_loads_the_tools_for_any_agent_once_the_config_is_set(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a worker checks at its start (tasks/effects.py): the claude agent requires the
+    config and its model; any other agent reads the tools when the variable is set."""
+    import agent.config as config_module
+    from agent.config import for_worker
+
+    monkeypatch.delenv(config_module.ENV, raising=False)
+    monkeypatch.setattr(config_module, "_current", None)
+    assert for_worker("examples.custom_loop:agent") is None
+    with pytest.raises(ConfigError, match="WAKEFUL_AGENT_CONFIG is not set"):
+        for_worker("claude")
+    path = tmp_path / "tools.toml"
+    path.write_text('[tools.lookup]\ncall = "agent_tools:lookup"\npolicy = "allow"\neffect = "read"\n')
+    monkeypatch.setenv(config_module.ENV, str(path))
+    cfg = for_worker("examples.custom_loop:agent")
+    assert cfg is not None and list(cfg.tools) == ["lookup"]
+    with pytest.raises(ConfigError, match=r"tools.toml: the claude agent needs an \[agent\] table with `model`"):
+        for_worker("claude")
+    monkeypatch.setattr(config_module, "_current", None)
+    path.write_text('[tools.lookup]\ncall = "agent_tools:lookup"\npolicy = "sometimes"\n')
+    with pytest.raises(ConfigError, match=r"tools.toml: \[tools.lookup\]: policy must be one of"):
+        for_worker("examples.custom_loop:agent")

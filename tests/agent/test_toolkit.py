@@ -138,3 +138,13 @@ def test_an_effect_no_configured_tool_runs_is_refused_by_the_kit(configured: Any
         kit.outcome(effects=[Effect("toolu_x", "launch", {})])
     with pytest.raises(InvalidOutcome, match="'wipe'"):  # denied: the executor would refuse it
         kit.outcome(effects=[Effect("toolu_y", "wipe", {"order": 1})])
+
+
+def test_the_docs_show_the_example_loop_as_it_is() -> None:
+    """docs/agent.md's complete loop is examples/custom_loop.py's code, line for line."""
+    root = Path(__file__).resolve().parents[2]
+    docs = (root / "docs" / "agent.md").read_text()
+    block = docs.split("A complete loop (examples/custom_loop.py", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    source = (root / "examples" / "custom_loop.py").read_text().splitlines()
+    missing = [line for line in block.splitlines() if line.strip() and line not in source]
+    assert not missing, missing

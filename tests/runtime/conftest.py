@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from databases import REDIS_HOST, REDIS_PORT, reserved_redis_db
+from databases import REDIS_HOST, REDIS_PORT, rabbitmq_vhost, reserved_redis_db
 
 from store import Store
 
@@ -46,6 +46,12 @@ FAST_ENV = {
 def redis_db() -> Iterator[int]:
     with reserved_redis_db() as number:
         yield number
+
+
+@pytest.fixture
+def rabbitmq_url() -> Iterator[str]:
+    with rabbitmq_vhost() as url:
+        yield url
 
 
 @dataclass
@@ -145,7 +151,10 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
         database_url = request.getfixturevalue("sqlite_url")
     else:
         database_url = request.getfixturevalue("pg_url")
+    if backend == "redis_pg":
         redis_number = request.getfixturevalue("redis_db")
+    if backend == "rabbit_pg":
+        rabbit_url = request.getfixturevalue("rabbitmq_url")
 
     def make(run_workers: int = 1, env: dict[str, str] | None = None, beat: bool = True,
              broker_url: str | None = None, run_slots: int = 20) -> Cluster:
@@ -155,6 +164,9 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
             assert broker_url is None, "the embedded backend has its own broker"
             broker_url = f"sqla+sqlite:///{home / 'broker.sqlite3'}"
             result_url = f"db+sqlite:///{home / 'results.sqlite3'}"
+        elif backend == "rabbit_pg":  # RabbitMQ with nothing set but the broker's URL
+            broker_url = broker_url or rabbit_url
+            result_url = "rpc://"
         else:
             broker_url = broker_url or f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_number}"
             result_url = broker_url

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import sqlalchemy as sql
 
 from store import Outcome, OutgoingMessage, Store
 
@@ -315,3 +316,30 @@ def test_takers_of_the_backlog_never_take_one_inbox_twice(pg_store) -> None:  # 
     race(8, drain)
     assert Counter(inbox for inbox, _ in taken) == Counter(f"i{n}" for n in range(60))
     assert all(e.status == "done" and e.attempts == 1 for n in range(60) for e in store.events(f"i{n}"))
+
+
+def test_takers_racing_through_a_backlog_give_up_only_when_nothing_is_left_to_take(pg_store) -> None:  # type: ignore[no-untyped-def]
+    """A dense worker's drains all take from the backlog at once: a take that finds every
+    candidate locked by another taker looks past them instead of answering "nothing ready",
+    which ended those drains with the backlog still full (left to the sweep)."""
+    store = pg_store()
+    takers, total = 12, 400  # as many as the pool has connections
+    store.ingest_many([(f"b{n}", "chat", "1", {"n": n}) for n in range(total)])
+    ready_unheld = sql.text(
+        "SELECT count(DISTINCT e.inbox) FROM events e WHERE e.status = 'pending' AND NOT EXISTS "
+        "(SELECT 1 FROM inboxes i WHERE i.inbox = e.inbox AND i.lease_until >= "
+        "floor(extract(epoch FROM clock_timestamp())))")
+    taken: list[str] = []
+    left_when_giving_up: list[int] = []
+
+    def take(i: int) -> None:
+        while (got := store.start_next_run(f"T{i}")) is not None:
+            taken.append(got[0])
+        with store.engine.connect() as conn:
+            left_when_giving_up.append(conn.execute(ready_unheld).scalar_one())
+
+    race(takers, take)
+    assert sorted(taken) == sorted(f"b{n}" for n in range(total))  # each taken once
+    # Inboxes still ready when a taker gave up: at most those other takers were locking
+    # at that moment (one each), never the backlog itself.
+    assert max(left_when_giving_up) < takers, left_when_giving_up
