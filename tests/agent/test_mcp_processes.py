@@ -160,6 +160,9 @@ def test_an_mcp_read_runs_inline_a_write_asked_runs_once_and_no_token_leaves_the
         c.ingest("ada", "chat", "2", {"text": 'call refund {"order": 7}'})
         [asked] = c.wait(lambda: Effects(c.store).view("ada"), "the refund asked")
         assert s.calls() and not [x for x in s.calls() if x["tool"] == "refund"]  # nothing before the yes
+        assert "the output of lookup_order" in asked.why  # the MCP answer was data: it tainted the talk
+        shown = json.dumps(s.model.requests)
+        assert "<untrusted" in shown and "order 7: shipped" in shown
         assert c.store.answer_approval("ada", asked.tool_use_id, "yes") == "yes"
         c.wait(lambda: "refunded order 7" in s.replies("ada"), "the refund's result reported", timeout=60)
         # a tool the server adds later: listed (list_ttl = 1) but denied until configured
