@@ -476,10 +476,15 @@ class Refusal:
 
 class HttpConnection:
     """Streamable HTTP through the egress proxy, under the current grant: each exchange is a
-    connection of its own (a grant is a run's or an effect attempt's, never the process's)."""
+    connection of its own (a grant is a run's or an effect attempt's, never the process's).
+
+    A listing negotiates (the SDK's ``auto``: ``server/discover``, else the initialize
+    handshake); a 2026-07-28 server's discovery is kept for the calls until the next listing
+    or a failure, so a call is one request through the proxy, not two."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
+        self.discovered: Any = None  # the server's DiscoverResult, from the last listing
 
     def can_list(self) -> bool:
         from agent import egress
@@ -487,6 +492,7 @@ class HttpConnection:
         return egress.current() is not None
 
     def list_tools(self) -> list[Any]:
+        self.discovered = None
         return self._exchange(_all_tools)
 
     def call_tool(self, name: str, input: dict[str, Any], meta: dict[str, Any] | None) -> Any:
@@ -505,14 +511,15 @@ class HttpConnection:
         url = f"{current.proxy_url}/{self.server.route}{self.server.path}"
         refusal = Refusal()
         try:
-            return _LOOP.run(lambda: _over_http(url, current.grant, self.server.timeout, refusal, use),
+            return _LOOP.run(lambda: _over_http(url, current.grant, self.server.timeout, refusal, use, self),
                              self.server.timeout + 5)
         except Exception as exc:  # sorted: an outage, a refusal, the server's error
+            self.discovered = None  # the next exchange negotiates again
             raise failure(self.server, exc, refusal) from None
 
 
 async def _over_http(url: str, grant: str, timeout: float, refusal: Refusal,
-                     use: Callable[[Any], Awaitable[Any]]) -> Any:
+                     use: Callable[[Any], Awaitable[Any]], connection: HttpConnection) -> Any:
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
@@ -529,8 +536,13 @@ async def _over_http(url: str, grant: str, timeout: float, refusal: Refusal,
 
     async with httpx2.AsyncClient(headers={GRANT_HEADER: grant}, timeout=httpx2.Timeout(timeout),
                                   trust_env=False, event_hooks={"response": [keep]}) as http:
+        known = connection.discovered
+        mode = known.supported_versions[0] if known is not None else "auto"
         async with Client(streamable_http_client(url, http_client=http), read_timeout_seconds=timeout,
-                          cache=None) as client:
+                          cache=None, mode=mode, prior_discover=known) as client:
+            if known is None and client.session.discover_result is not None:
+                found = client.session.discover_result
+                connection.discovered = found.model_copy(update={"supported_versions": [client.protocol_version]})
             return await use(client)
 
 

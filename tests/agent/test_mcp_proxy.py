@@ -139,6 +139,9 @@ def test_the_mcp_source_lists_and_calls_under_a_grant_and_is_refused_once_fenced
         read = run(cfg.tools["lookup_order"], {"order": 4}, ToolCall("toolu_a", "lookup_order", "fenced-inbox", "k"),
                    cfg)
     assert read["content"].startswith("order 4: shipped") and not read["is_error"]
+    # the listing negotiated (server/discover) and listed; the call reused the discovery (the
+    # SDK lists once more after a call, for the tool's output schema): 4 requests, not 5
+    assert [a.status for a in behind.store.audit("fenced-inbox")] == [200, 200, 200, 200]
     before = len(behind.calls())
     assert behind.store.release("fenced-inbox", "w1", generation)
     assert behind.store.acquire("fenced-inbox", "w2") == generation + 1  # another worker holds it now
