@@ -68,7 +68,7 @@ import jsonschema
 
 from agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, Tool, no_unknown_keys, positive_int,
                           tool_settings)
-from agent.outage import NOT_ACTED_ON, TryLater, is_transient, retry_after
+from agent.outage import NOT_ACTED_ON, is_transient, retry_after
 from agent.sources import ToolSource, register_table
 
 log = logging.getLogger("wakeful.agent.mcp")
