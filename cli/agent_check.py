@@ -41,7 +41,7 @@ def _show(cfg: object, claude: bool) -> None:
     typer.echo(f"agent: claude, model {cfg.model}, config {cfg.path}" if claude else f"tools: config {cfg.path}")
     typer.echo(f"  trusted sources: {', '.join(cfg.trusted_sources) or 'none (every event is data)'}")
     for tool in cfg.tools.values():
-        runs = tool.call or f"route {tool.route} {tool.method} {tool.path}"
+        runs = tool.call or (f"route {tool.route} {tool.method} {tool.path}" if tool.route else tool.source)
         typer.echo(f"  tool {tool.name}: {tool.policy}, {tool.effect}"
                    f"{', ' + tool.delivery if tool.effect == 'write' else ''}"
                    f"{f', approval_ttl {tool.approval_ttl}s' if tool.policy == 'ask' else ''}"
