@@ -148,7 +148,9 @@ class AgentConfig:
         the commit (and the yes), so nothing in a run can reach them."""
         inline = {r for t in self.tools.values() if t.policy == "allow" and t.effect == "read"
                   for r in t.grant_routes}
-        return sorted(inline | ({"anthropic"} & set(self.routes)))
+        # A source may need a route in every run (an MCP server's, to list its tools: agent/mcp.py).
+        listing = {r for s in self.sources.values() for r in getattr(s, "run_routes", ())}
+        return sorted(inline | listing | ({"anthropic"} & set(self.routes)))
 
     def trusted_webhook_sources(self) -> list[str]:
         """Trusted sources the web edge ingests under: whoever can get a signed webhook sent

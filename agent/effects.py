@@ -55,7 +55,7 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
     effect = book.begin(inbox, tool_use_id, stale_after=cfg.effect_timeout)
     if effect is None:
         return Executed(inbox, tool_use_id, "", "skipped")  # another executor has it, or it is not ready
-    tool = cfg.tools.get(effect.tool)
+    tool = cfg.tools.get(effect.tool) or _listed_for(book, cfg, effect)
     if tool is None or tool.policy == "deny":
         book.refuse(inbox, tool_use_id, f"the tool {effect.tool!r} is no longer allowed; nothing ran")
         return Executed(inbox, tool_use_id, effect.tool, "refused")
@@ -86,6 +86,20 @@ def _egress(book: Effects, cfg: AgentConfig, effect: EffectRow, tool: Tool) -> A
     grant = egress.for_effect(book.store, effect.inbox, f"effects:{os.getpid()}", effect.generation,
                               effect.tool_use_id, effect.attempts, list(tool.grant_routes), cfg.effect_timeout)
     return egress.using(grant)
+
+
+def _listed_for(book: Effects, cfg: AgentConfig, effect: EffectRow) -> Tool | None:
+    """A tool this process has not listed yet: a source that lists under a grant (an MCP
+    server behind the proxy, agent/mcp.py: ``run_routes``) lists under this attempt's."""
+    routes = sorted({r for s in cfg.sources.values() for r in getattr(s, "run_routes", ())})
+    if not routes:
+        return None
+    from agent import egress
+
+    grant = egress.for_effect(book.store, effect.inbox, f"effects:{os.getpid()}", effect.generation,
+                              effect.tool_use_id, effect.attempts, routes, cfg.effect_timeout)
+    with egress.using(grant):
+        return cfg.tools.get(effect.tool)
 
 
 def _call(effect: EffectRow) -> tools.ToolCall:

@@ -6,7 +6,9 @@ stands in for Claude, so nothing leaves the machine. With ``ANTHROPIC_API_KEY`` 
 plain words and the account shows what the model chose, without checking it).
 
 Scenes: ask -> the link in the outbox -> Yes -> the refund runs once; a denied tool; an
-approval left to expire -> never runs, the model is told.
+approval left to expire -> never runs, the model is told; a tool of an MCP server (a stdio
+server bundled here, ``python -m cli.agent_demo mcp-server``, which the worker starts with
+only the environment its ``[mcp.parcels]`` table names; docs/mcp.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,18 @@ from typing import Any
 from cli.demo import DEMO_ENV
 
 APPROVAL_TTL = 6  # seconds: the expiry scene waits this long
+# The demo's MCP server, a stdio one the worker starts on first use (agent/mcp.py).
+MCP_CONFIG = """
+[mcp.parcels]
+command = "{python}"
+args = ["-m", "cli.agent_demo", "mcp-server"]
+env = {{ PARCELS_REGION = "eu" }}
+policy = "deny"  # the server's default: only the tools configured below are offered
+
+[mcp.parcels.tools.track_parcel]
+policy = "allow"
+effect = "read"
+"""
 
 
 def run_agent_demo(directory: Path | None = None, keep: bool = False) -> int:
@@ -40,7 +54,8 @@ def run_agent_demo(directory: Path | None = None, keep: bool = False) -> int:
     from agent.demo_tools import CONFIG
 
     config = home / "agent.toml"
-    config.write_text(CONFIG.format(model="claude-sonnet-4-5" if real else "scripted", ttl=APPROVAL_TTL))
+    config.write_text(CONFIG.format(model="claude-sonnet-4-5" if real else "scripted", ttl=APPROVAL_TTL)
+                      + MCP_CONFIG.format(python=sys.executable))
     os.environ.update(DEMO_ENV)
     os.environ.update({"WAKEFUL_HOME": str(home), "WAKEFUL_AGENT": "claude",
                        "WAKEFUL_AGENT_CONFIG": str(config),
@@ -52,6 +67,7 @@ def run_agent_demo(directory: Path | None = None, keep: bool = False) -> int:
         demo.ask_yes_once()
         demo.deny()
         demo.expire()
+        demo.mcp_tool()
         ok = not demo.failures
     except Exception as exc:  # a timeout or a process that would not start: say so, stop all
         print(f"\n  UNEXPECTED: {type(exc).__name__}: {exc}")
@@ -138,6 +154,14 @@ class AgentDemo:
         print(f"   the agent says: {reply}")
         self.check(not [r for r in self._refunds() if r["order"] == 77], "no refund of order 77")
 
+    def mcp_tool(self) -> None:
+        print("\n4. A tool from an MCP server: a stdio server the worker started, with only the "
+              "environment its table names")
+        self.say("dee", "1", "Where is parcel PX-1?" if self.real else 'call track_parcel {"parcel": "PX-1"}')
+        reply = self.wait(lambda: self._sent("dee", "parcel PX-1"), "the agent's reply")
+        print(f"   the agent says: {reply}")
+        self.check("out for delivery" in reply, "the MCP server answered the read, inline")
+
     # -- plumbing --------------------------------------------------------------------------
 
     def say(self, inbox: str, source_id: str, text: str) -> None:
@@ -173,5 +197,23 @@ class AgentDemo:
             return False
 
 
+def serve_demo_mcp() -> None:
+    """The demo's MCP server on stdio: the ``mcp`` SDK's own ``MCPServer`` with one read."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
+
+    server = MCPServer("wakeful-demo-parcels")
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True), description="Track a parcel by its number")
+    def track_parcel(parcel: str) -> str:
+        region = os.environ.get("PARCELS_REGION", "?")
+        return f"parcel {parcel}: out for delivery in region {region}, arriving today"
+
+    server.run("stdio")
+
+
 if __name__ == "__main__":
-    sys.exit(run_agent_demo())
+    if sys.argv[1:2] == ["mcp-server"]:
+        serve_demo_mcp()
+    else:
+        sys.exit(run_agent_demo())

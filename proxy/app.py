@@ -69,8 +69,14 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authoriz
 # forwarding and hop-by-hop headers, and the SDK's x-stainless-* telemetry (the worker's OS,
 # runtime and retry count: nothing an upstream needs to answer). A route that needs one more
 # lists it in ``pass_headers`` (proxy/routes.py).
-_REQUEST_PASSED = frozenset({"accept", "accept-language", "content-type", "idempotency-key", "user-agent"})
-_REQUEST_PASSED_PREFIX = "anthropic-"
+# MCP's streamable HTTP (docs/mcp.md) needs its own: ``Mcp-Session-Id`` and
+# ``Last-Event-ID`` (a session and a resumed stream, 2025 revisions), ``MCP-Protocol-Version``,
+# and the 2026-07-28 revision's ``Mcp-Method``, ``Mcp-Name`` and ``Mcp-Param-*`` (copies of
+# the JSON-RPC body the server checks against it): no other upstream reads ``mcp-*``, none is
+# a credential, and a server refuses a request whose copies are missing.
+_REQUEST_PASSED = frozenset({"accept", "accept-language", "content-type", "idempotency-key", "user-agent",
+                             "last-event-id"})
+_REQUEST_PASSED_PREFIXES = ("anthropic-", "mcp-")
 # The body is re-chunked (and may change length when scrubbed) and arrives decompressed.
 _RESPONSE_DROPPED = _HOP_BY_HOP | {"content-length", "content-encoding"}
 # Content encodings httpx always decodes (zlib is in the standard library). The proxy asks for
@@ -94,7 +100,7 @@ def grant_of(headers: Headers) -> str | None:
 def passed_headers(headers: Headers, route: Route) -> list[tuple[bytes, bytes]]:
     """The caller's headers that go upstream: ``_REQUEST_PASSED`` and the route's own."""
     def passes(name: str) -> bool:
-        return name in _REQUEST_PASSED or name.startswith(_REQUEST_PASSED_PREFIX) or name in route.pass_headers
+        return name in _REQUEST_PASSED or name.startswith(_REQUEST_PASSED_PREFIXES) or name in route.pass_headers
 
     return [(k, v) for k, v in headers.raw if passes(k.decode("latin-1").lower())]
 
