@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 
+_MAY_BE_ZERO = {"outbox_gap"}  # 0: no pacing
+
+
 @dataclass(frozen=True)
 class StoreSettings:
     # Seconds a worker owns an inbox without renewing. Well above a normal run (renewed
@@ -13,7 +16,8 @@ class StoreSettings:
     # Claims before an event is parked dead: enough for a transient failure to pass, few
     # enough that a poison event stops hurting its inbox within minutes.
     max_attempts: int = 3
-    # At most one outbox send per inbox per hour: start quiet (the article's number).
+    # At most one outbox send per inbox per hour: start quiet (the article's number). A reply
+    # owed to the person goes at once whatever the gap; 0 paces nothing.
     outbox_gap: int = 3600
     # Events per claim: one run should fit in one agent context.
     batch_limit: int = 100
@@ -54,8 +58,10 @@ class StoreSettings:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{f.name} must be a positive integer, got {value!r}")
+            least = 0 if f.name in _MAY_BE_ZERO else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{f.name} must be a {'whole number >= 0' if least == 0 else 'positive integer'}, "
+                                 f"got {value!r}")
 
     @classmethod
     def names(cls) -> set[str]:

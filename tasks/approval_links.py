@@ -3,7 +3,7 @@
 A committed approval request for a tool call (store/effects.py) is an outbox row of kind
 ``approval`` whose fields name the approval (``inbox``, ``request_id``) and its approver, and
 whose body carries a marker, ``[[wakeful-approval-link:<tool use id>]]``. The dispatcher,
-just before the channel sends, puts a signed link to the approval page (web/tokens.py) in
+just before the channel sends, puts a signed link to the approval page (approval_tokens.py) in
 the item's fields (``link``) and in place of the marker, made for that approval's inbox and
 approver (an operator's outbox holds requests of other inboxes). So the key
 (``WAKEFUL_APPROVAL_SECRET``) lives with the dispatcher (and the web edge), never in the
@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from approval_tokens import SELF, approval_link
 from store import OutboxItem, OutgoingMessage
 from store.effects import LINK_MARKER_PREFIX
+from tasks.settings import settings
 
 log = logging.getLogger("wakeful.approval_links")
 _MARKER = re.compile(re.escape(LINK_MARKER_PREFIX) + r"([^\]\s]{1,256})\]\]")
@@ -63,13 +65,15 @@ def _fill(text: str, make: Callable[[str], str]) -> str:
 
 
 def link(inbox: str, request_id: str, approver: str | None = None) -> str:
-    from web.settings import WebSettings
-    from web.tokens import approval_link
-
-    web = WebSettings.from_env()
-    routed = approver if approver and approver != "self" else None
-    if not web.approval_secrets:
+    routed = approver if approver and approver != SELF else None
+    keys = approval_keys()
+    if not keys:
         return (f"`wakeful answer {inbox} {request_id} yes|no` (set WAKEFUL_APPROVAL_SECRET and "
                 "WAKEFUL_PUBLIC_URL for a link)")
-    return approval_link(inbox, request_id, approver=routed, base_url=web.public_url,
-                         secret=web.approval_secrets)
+    return approval_link(inbox, request_id, approver=routed, base_url=settings.public_url,
+                         secret=keys, expires_in=settings.approval_token_ttl)
+
+
+def approval_keys() -> tuple[str, ...]:
+    """``WAKEFUL_APPROVAL_SECRET``'s keys ("new,old" while rotating: the first signs)."""
+    return tuple(part.strip() for part in settings.approval_secret.split(",") if part.strip())

@@ -1,6 +1,6 @@
 """``wakeful.answer_approval``: a human's answer to a deferred action, sent by a service.
 
-The call must carry the token of its answer (``web.tokens.answer_token(link_token, answer)``,
+The call must carry the token of its answer (``approval_tokens.answer_token(link_token, answer)``,
 made from the approval's signed link): whoever can publish to the broker is not thereby a
 human who may approve, and whoever can take a message off the queue must not be able to
 change the answer it carries. A chat bot that shows the link's buttons makes the token of the
@@ -17,9 +17,11 @@ import logging
 import time
 from typing import Any
 
+from approval_tokens import check_token
 from store import InvalidEvent
 
 from tasks.application import app
+from tasks.approval_links import approval_keys
 from tasks.doorbell import ring
 from tasks.runtime import get_store
 from tasks.settings import settings
@@ -56,13 +58,11 @@ def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = Non
 
 
 def _authorize(inbox: Any, request_id: Any, answer: Any, token: Any, approver: str) -> None:
-    from web.tokens import check_token  # the link's own check: one token format
-
     if not isinstance(inbox, str) or not isinstance(request_id, str):
         raise InvalidEvent("inbox and request_id must be strings")
     if not isinstance(token, str) or not token:
         raise InvalidEvent("an approval answer needs the token from its link")
-    secrets = tuple(part.strip() for part in settings.approval_secret.split(",") if part.strip())
+    secrets = approval_keys()
     if not secrets:
         raise InvalidEvent("WAKEFUL_APPROVAL_SECRET is not set: approvals are answered only "
                            "with `wakeful answer`")
@@ -75,5 +75,5 @@ def _authorize(inbox: Any, request_id: Any, answer: Any, token: Any, approver: s
         return
     if check_token(token, inbox, request_id, secrets=secrets, now=now, approver=approver) is None:
         raise InvalidEvent("this is the link's token, which covers any answer: send the answer's "
-                           "own token, web.tokens.answer_token(link_token, answer)")
+                           "own token, approval_tokens.answer_token(link_token, answer)")
     raise InvalidEvent("this token is not valid for this approval and answer")

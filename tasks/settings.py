@@ -127,6 +127,10 @@ class Settings:
     # The approval links' keys ("new,old" while rotating; the web edge reads the same
     # variable): wakeful.answer_approval accepts an answer only with a token they signed.
     approval_secret: str = field(default="", repr=False)
+    # Where the web edge answers approval links (the links the dispatcher mints), and how long
+    # a link stays good: the web edge reads the same variables.
+    public_url: str = "http://127.0.0.1:8000"
+    approval_token_ttl: int = 7 * 86400
     # Fernet keys ("new,old" while rotating) that encrypt the per-inbox webhook secrets in
     # the database (`wakeful hooks`); read by the web process and the CLI, never stored.
     secrets_key: str = field(default="", repr=False)
@@ -162,12 +166,14 @@ class Settings:
         return settings
 
     def check(self) -> None:
-        for name in ("lease_ttl", "max_attempts", "outbox_gap", "batch_limit", "backoff_base",
+        for name in ("lease_ttl", "max_attempts", "batch_limit", "backoff_base", "approval_token_ttl",
                      "backoff_max", "outage_backoff_base", "outage_backoff_max", "outage_horizon",
                      "dispatch_timeout", "max_runs_per_task", "run_time_limit",
                      "webhook_attempts", "retention"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"WAKEFUL_{name.upper()} must be positive")
+        if self.outbox_gap < 0:
+            raise SettingsError("WAKEFUL_OUTBOX_GAP must be 0 (no pacing: every message at once) or more seconds")
         for name in ("scan_interval", "sweep_interval", "dispatch_interval", "purge_interval",
                      "embedded_poll_interval", "webhook_timeout", "rejections_per_second"):
             if getattr(self, name) <= 0:

@@ -41,6 +41,9 @@ def test_settings_come_from_the_environment_and_bad_values_name_the_variable() -
         Settings.from_env({"WAKEFUL_MAX_ATTEMPTS": "three"})
     with pytest.raises(SettingsError, match="WAKEFUL_LEASE_TTL"):
         Settings.from_env({"WAKEFUL_LEASE_TTL": "0"})
+    assert Settings.from_env({"WAKEFUL_OUTBOX_GAP": "0"}).store_options()["outbox_gap"] == 0  # no pacing
+    with pytest.raises(SettingsError, match="WAKEFUL_OUTBOX_GAP must be 0"):
+        Settings.from_env({"WAKEFUL_OUTBOX_GAP": "-5"})
 
 
 def test_celery_config_is_a_doorbell_broker_config() -> None:

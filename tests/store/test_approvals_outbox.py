@@ -83,6 +83,17 @@ def test_an_urgent_message_goes_at_once_carries_the_rest_and_restarts_the_gap(st
     assert store.dispatch("a", sent.append, now=T + 60 + H) == 1
 
 
+def test_a_gap_of_0_paces_nothing_and_a_negative_one_is_refused(make_store) -> None:  # type: ignore[no-untyped-def]
+    store = make_store(outbox_gap=0)
+    sent: list[OutgoingMessage] = []
+    for n, body in enumerate(("one", "two", "three")):
+        write(store, "a", T + n, body)
+        assert store.dispatch("a", sent.append, now=T + n) == 1
+    assert [m.body for m in sent] == ["one", "two", "three"]
+    with pytest.raises(ValueError, match="outbox_gap must be a whole number >= 0"):
+        make_store(outbox_gap=-1)
+
+
 def test_gaps_are_per_inbox(store: Store) -> None:
     sent: list[OutgoingMessage] = []
     write(store, "a", T, "to a")
