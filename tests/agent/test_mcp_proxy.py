@@ -124,8 +124,9 @@ def test_both_protocol_eras_pass_the_proxy_with_the_token_put_on_and_scrubbed(be
     assert (got["version"] == "2026-07-28") == (mode == "auto")
     audit = behind.store.audit(f"sdk-{mode}")
     assert audit and all(a.route == "shop_mcp" and a.status < 400 for a in audit)
-    if mode == "legacy":  # a session: every request carried Mcp-Session-Id, and it was ended
-        assert {"GET", "DELETE"} <= {a.method for a in audit}  # the SSE stream, the end
+    if mode == "legacy":  # a session, ended through the proxy (the session header passed both ways)
+        # (The SDK may also open its optional GET stream, in the background: not asserted.)
+        assert "DELETE" in {a.method for a in audit}
 
 
 def test_the_mcp_source_lists_and_calls_under_a_grant_and_is_refused_once_fenced(behind: Behind) -> None:
