@@ -148,9 +148,12 @@ class AgentConfig:
         the commit (and the yes), so nothing in a run can reach them."""
         inline = {r for t in self.tools.values() if t.policy == "allow" and t.effect == "read"
                   for r in t.grant_routes}
-        # A source may need a route in every run (an MCP server's, to list its tools: agent/mcp.py).
-        listing = {r for s in self.sources.values() for r in getattr(s, "run_routes", ())}
-        return sorted(inline | listing | ({"anthropic"} & set(self.routes)))
+        return sorted(inline | set(self.listing_routes()) | ({"anthropic"} & set(self.routes)))
+
+    def listing_routes(self) -> list[str]:
+        """The routes sources list their tools through (an MCP server's: agent/mcp.py): a run
+        that tells a model its tools needs a grant for them."""
+        return sorted({r for s in self.sources.values() for r in getattr(s, "run_routes", ())})
 
     def trusted_webhook_sources(self) -> list[str]:
         """Trusted sources the web edge ingests under: whoever can get a signed webhook sent

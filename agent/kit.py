@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
@@ -167,8 +168,10 @@ class Toolkit:
 
     def offered(self) -> list[dict[str, Any]]:
         """The tools to tell the model about (``name``, ``description``, ``input_schema``):
-        every configured one but the denied."""
-        return policy.offered(self.config, runtime=False)
+        every configured one but the denied. A source that lists through the egress proxy (an
+        MCP server over HTTP) lists under a grant bound to this run's lease."""
+        with self._egress(self.config.listing_routes()):
+            return policy.offered(self.config, runtime=False)
 
     def use(self, name: str, input: Any, tool_use_id: str | None = None, words: str = "") -> ToolUse:
         """Decide one tool call and do what the decision says. ``tool_use_id`` is the model's
@@ -199,7 +202,7 @@ class Toolkit:
 
     def _inline(self, tool: Tool, input: dict[str, Any], use_id: str) -> ToolUse:
         call = tools.ToolCall(use_id, tool.name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
-        with self._egress(tool):
+        with self._egress(tool.grant_routes):
             result = tools.run(tool, input, call, self.config)
         text = self._output(use_id, tool.name, result["content"])
         return ToolUse(use_id, tool.name, "error" if result["is_error"] else "done", text, result["is_error"])
@@ -210,13 +213,13 @@ class Toolkit:
             self._taint.taint(taint)
         return text
 
-    def _egress(self, tool: Tool) -> AbstractContextManager[Any]:
-        """A read's routes under a grant bound to this run's lease (agent/egress.py)."""
-        if not tool.grant_routes:
+    def _egress(self, routes: Sequence[str]) -> AbstractContextManager[Any]:
+        """``routes`` under a grant bound to this run's lease (agent/egress.py)."""
+        if not routes:
             return nullcontext()
         from agent import egress
 
-        token = self.run.grant(list(tool.grant_routes), RUN_GRANT_TTL)
+        token = self.run.grant(list(routes), RUN_GRANT_TTL)
         return egress.using(egress.Egress(egress.proxy_url(), token))
 
     # -- the finish -----------------------------------------------------------------------

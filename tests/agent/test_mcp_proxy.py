@@ -178,3 +178,25 @@ def test_an_executor_that_never_listed_lists_under_the_effects_grant_and_runs_it
     [effect] = Effects(behind.store).view(inbox)
     refunds = [c for c in behind.calls() if c["tool"] == "refund" and c["key"] == effect.idempotency_key]
     assert len(refunds) == 1 and effect.status == "done"
+
+
+def test_a_custom_loop_is_offered_an_http_servers_tools_under_its_runs_grant(
+        behind: Behind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tool kit (agent/kit.py) lists through the proxy under a grant bound to the run's
+    lease, as the claude loop does: a custom loop is told the server's tools, not only the
+    ones with a table of their own."""
+    from agent import Run
+    from agent.kit import Toolkit
+
+    monkeypatch.setenv(egress.PROXY_URL_ENV, behind.proxy_url)
+    cfg = parse({"routes": {"shop_mcp": {}}, "mcp": {"shop": {
+        "route": "shop_mcp", "policy": "ask", "tools": {"lookup_order": {"policy": "allow", "effect": "read"}}}}},
+        "<config>")
+    generation = behind.store.acquire("kit-inbox", "w1")
+    assert generation is not None
+    run = Run(inbox="kit-inbox", events=[], generation=generation, memory={},
+              _mint_grant=lambda routes, ttl: behind.store.mint_grant("kit-inbox", "w1", generation, routes, ttl))
+    offered = {t["name"] for t in Toolkit(run, cfg).offered()}
+    assert {"refund", "lookup_order"} <= offered
+    assert [a.route for a in behind.store.audit("kit-inbox")] and all(
+        a.route == "shop_mcp" and a.status == 200 for a in behind.store.audit("kit-inbox"))
