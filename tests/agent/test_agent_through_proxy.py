@@ -35,11 +35,14 @@ WAKEFUL = str(Path(sys.executable).parent / "wakeful")
 SCHEMA = '{ type = "object", properties = { order = { type = "integer" } }, required = ["order"] }'
 
 
-def _config(path: Path, model_url: str, shop_url: str) -> Path:
+def proxied_config(path: Path, model_url: str, shop_url: str, agent_extra: str = "") -> Path:
+    """The claude agent through the proxy: the model's route, the shop's route, a read
+    allowed and a write asked (``agent_extra``: more [agent] lines)."""
     path.write_text(f"""
 [agent]
 model = "claude-scripted"
 system = "You run errands."
+{agent_extra}
 
 [routes.anthropic]
 upstream = "{model_url}"
@@ -90,7 +93,7 @@ def proxied(make_cluster: Any, tmp_path: Path, tool_log: Path, anthropic_key: st
     shop = Upstream().start()
     proxy_url = f"http://127.0.0.1:{free_port()}"
     with ScriptedModel() as model:
-        config = _config(tmp_path / "agent.toml", model.base_url, shop.url)
+        config = proxied_config(tmp_path / "agent.toml", model.base_url, shop.url)
         env = {**agent_env(config, "http://127.0.0.1:9/unused", tool_log), "WAKEFUL_PROXY_URL": proxy_url,
                "ANTHROPIC_API_KEY": ""}
         c = make_cluster(run_workers=1, env=env)

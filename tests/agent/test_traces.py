@@ -36,6 +36,7 @@ from agent_support import agent_env
 from cli.processes import Processes, free_port, wait_for
 from store.effects import Effects
 from store.tables import grants
+from test_agent_through_proxy import proxied_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "web"))
@@ -43,47 +44,6 @@ from proxy_support import Upstream, wait_healthy  # noqa: E402  (tests/proxy: th
 from web_signing import body_of, github_headers  # noqa: E402  (tests/web: how GitHub signs)
 
 WAKEFUL = str(Path(sys.executable).parent / "wakeful")
-SCHEMA = '{ type = "object", properties = { order = { type = "integer" } }, required = ["order"] }'
-
-
-def _config(path: Path, model_url: str, shop_url: str) -> Path:
-    path.write_text(f"""
-[agent]
-model = "claude-scripted"
-system = "You run errands."
-trusted_sources = ["chat"]
-
-[routes.anthropic]
-upstream = "{model_url}"
-secret_env = "CANARY_ANTHROPIC_KEY"
-header = "x-api-key"
-allow = ["POST /v1/messages"]
-
-[routes.shop]
-upstream = "{shop_url}/shop"
-secret_env = "CANARY_SHOP_TOKEN"
-allow = ["GET /orders/", "POST /refunds"]
-
-[tools.lookup_order]
-route = "shop"
-method = "GET"
-path = "/orders/"
-policy = "allow"
-effect = "read"
-description = "Look an order up"
-input_schema = {SCHEMA}
-
-[tools.refund]
-route = "shop"
-method = "POST"
-path = "/refunds"
-policy = "ask"
-effect = "write"
-approval_ttl = 600
-description = "Refund an order"
-input_schema = {SCHEMA}
-""")
-    return path
 
 
 def spans(directory: Path) -> list[dict[str, Any]]:
@@ -117,7 +77,8 @@ def test_one_trace_follows_a_wake_across_web_worker_proxy_and_control(
     shop = Upstream().start()
     proxy_url = f"http://127.0.0.1:{free_port()}"
     with ScriptedModel() as model:
-        config = _config(tmp_path / "agent.toml", model.base_url, shop.url)
+        config = proxied_config(tmp_path / "agent.toml", model.base_url, shop.url,
+                                agent_extra='trusted_sources = ["chat"]')
         c = make_cluster(run_workers=1, env={
             **agent_env(config, "http://127.0.0.1:9/unused", tool_log), "ANTHROPIC_API_KEY": "",
             "WAKEFUL_PROXY_URL": proxy_url, "WAKEFUL_TRACES_TEST_DIR": str(traces),
