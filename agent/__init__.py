@@ -25,9 +25,9 @@ built-in Claude agent (agent/claude.py, configured by ``WAKEFUL_AGENT_CONFIG``).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
+import pkgutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -156,13 +156,12 @@ def importable_from(*directories: str | os.PathLike[str]) -> None:
 
 
 def import_callable(spec: str) -> Callable[..., Any]:
-    """``module:callable`` (a dotted attribute path after the colon), imported."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
+    """``module:callable`` (a dotted attribute path after the colon), imported by the standard
+    library's ``pkgutil.resolve_name``."""
+    module_name, colon, attr = spec.partition(":")
+    if not module_name or not colon or not attr:
         raise ValueError(f"{spec!r} must be module:callable")
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
+    target = pkgutil.resolve_name(spec)
     if not callable(target):
         raise TypeError(f"{spec!r} is not callable")
     return target

@@ -2,8 +2,8 @@
 
 The runtime mints a grant (store/grants.py) and wraps it in an ``Egress``:
 
-- for a run, ``for_run(store, inbox, holder, generation, routes, ttl)``: the routes of the
-  agent's model and read tools; good while this generation holds the inbox's lease;
+- for a run, ``Run.grant(routes, ttl)`` (agent/__init__.py): the routes of the agent's model
+  and read tools; good while this generation holds the inbox's lease;
 - for an effect, ``for_effect(store, inbox, holder, generation, tool_use_id, attempt, routes,
   ttl)``: the routes of that write; good while that attempt of the effect executes.
 
@@ -111,27 +111,6 @@ def sdk_http_client() -> Any:
             _http_client = anthropic.DefaultHttpxClient(limits=httpx2.Limits(
                 max_connections=SDK_CONNECTIONS, max_keepalive_connections=SDK_CONNECTIONS))
         return _http_client
-
-
-def configured_routes(path: str | os.PathLike[str] | None = None) -> list[str]:
-    """The route names of the agent config's ``[routes.*]`` (``WAKEFUL_AGENT_CONFIG``): only
-    the names, never a secret (the worker has none to read). The runtime picks a grant's
-    routes from these, e.g. ``anthropic`` for the model when it is there."""
-    import tomllib
-    from pathlib import Path
-
-    path = path or os.environ.get("WAKEFUL_AGENT_CONFIG")
-    if not path:
-        return []
-    routes = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("routes") or {}
-    return sorted(routes) if isinstance(routes, dict) else []
-
-
-def for_run(store: Any, inbox: str, holder: str, generation: int, routes: Iterable[str], ttl: int,
-            proxy: str | None = None) -> Egress | None:
-    """A run's Egress (None: this holder no longer holds the lease at that generation)."""
-    grant = store.mint_grant(inbox, holder, generation, list(routes), ttl)
-    return Egress(proxy or proxy_url(), grant) if grant else None
 
 
 def for_effect(store: Any, inbox: str, holder: str, generation: int, tool_use_id: str, attempt: int,

@@ -27,13 +27,14 @@ Named channels (an approver ``channel:NAME``, store/approvals.py) are read from
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from store import AT_LEAST_ONCE, OutgoingMessage
 from store.approvals import channel_variable
+
+from agent import import_callable
 
 from tasks.settings import Settings
 
@@ -52,13 +53,11 @@ def load_channel(spec: str, settings: Settings) -> Send:
         return WebhookChannel(spec, timeout=settings.webhook_timeout,
                               attempts=settings.webhook_attempts,
                               header=settings.webhook_header)
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
+    try:
+        target: Any = import_callable(spec)
+    except ValueError:
         raise ValueError(f"outbox channel {spec!r}: use log, jsonl:/path, an http(s) URL "
-                         "or module:callable")
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
+                         "or module:callable") from None
     if getattr(target, "wakeful_factory", False):
         target = target()
     if not callable(target):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 
-from agent.egress import for_run
+from agent.egress import Egress
 from store import Store
 
 
@@ -18,7 +18,7 @@ def main(database_url: str, proxy: str, inbox: str) -> None:
     store = Store.connect(database_url, lease_ttl=2)
     generation = store.acquire(inbox, "stopped-worker")
     assert generation is not None
-    egress = for_run(store, inbox, "stopped-worker", generation, ["shop"], 600, proxy=proxy)
+    egress = Egress(proxy, store.mint_grant(inbox, "stopped-worker", generation, ["shop"], 600))
     assert egress is not None
     with egress.http("shop") as http:
         print("first", http.get("/orders/before-the-stop").status_code, generation, flush=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from proxy_support import Stack
 
-from agent.egress import for_run
+from agent.egress import Egress
 from cli.processes import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
@@ -46,7 +46,7 @@ def test_a_fenced_workers_late_call_is_refused_and_never_reaches_the_upstream(st
     assert audit == [(int(generation), "/orders/before-the-stop", 200, "ok"),
                      (int(generation), "/orders/after-the-takeover", 403, "fenced")]
     # the new holder's own grant goes through
-    egress = for_run(stack.store, inbox, "w2", taken, ["shop"], 600, proxy=stack.proxy_url)
+    egress = Egress(stack.proxy_url, stack.store.mint_grant(inbox, "w2", taken, ["shop"], 600))
     assert egress is not None
     with egress.http("shop") as http:
         assert http.get("/orders/new-holder").status_code == 200
