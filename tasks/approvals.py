@@ -24,7 +24,6 @@ from tasks.application import app
 from tasks.approval_links import approval_keys
 from tasks.doorbell import ring
 from tasks.runtime import get_store
-from tasks.settings import settings
 
 log = logging.getLogger("wakeful.approvals")
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from store import Event, Message, Outcome, Store
+from store import Message, Outcome, Store
 
 from tasks.application import app
 from tasks.doorbell import ring, ring_dispatch
