@@ -331,6 +331,18 @@ def _approver(path: str, where: str, value: Any) -> str:
         raise ConfigError(f"{path}: {where}: {exc}") from None
 
 
+def checked_table(path: str, where: str, spec: Any, known: set[str], name: str | None = None,
+                  named: str = "a tool name") -> dict[str, Any]:
+    """``spec`` as one config table: a table, with only ``known`` keys and, given a ``name``,
+    a name the Messages API accepts (``named`` says what it names)."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: {where} must be a table")
+    if name is not None and not TOOL_NAME.match(name):
+        raise ConfigError(f"{path}: {where}: {named} is 1-64 letters, digits, _ or -")
+    no_unknown_keys(path, where, spec, known)
+    return spec
+
+
 def no_unknown_keys(path: str, where: str, table: dict[str, Any], known: set[str]) -> None:
     unknown = set(table) - known
     if unknown:

@@ -66,8 +66,8 @@ from typing import Any
 
 import jsonschema
 
-from agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, Tool, no_unknown_keys, positive_int,
-                          tool_settings)
+from agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, Tool, checked_table,
+                          positive_int, tool_settings)
 from agent.outage import NOT_ACTED_ON, is_transient, retry_after
 from agent.sources import ToolSource, register_table
 
@@ -127,11 +127,7 @@ def parse(path: str, tables: Any) -> list[ToolSource]:
 
 def _server(path: str, name: str, spec: Any) -> Server:
     where = f"[mcp.{name}]"
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{path}: {where} must be a table")
-    if not TOOL_NAME.match(name):
-        raise ConfigError(f"{path}: {where}: a server name is 1-64 letters, digits, _ or -")
-    no_unknown_keys(path, where, spec, _SERVER_KEYS)
+    spec = checked_table(path, where, spec, _SERVER_KEYS, name, named="a server name")
     if ("route" in spec) == ("command" in spec):
         raise ConfigError(f"{path}: {where}: give route (streamable HTTP through the proxy) or command (stdio), "
                           "exactly one")
@@ -145,9 +141,7 @@ def _server(path: str, name: str, spec: Any) -> Server:
         raise ConfigError(f"{path}: {where}: tools must hold one [mcp.{name}.tools.TOOL] table per tool")
     for tool_name, table in tables.items():
         tool_where = f"[mcp.{name}.tools.{tool_name}]"
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: {tool_where} must be a table")
-        no_unknown_keys(path, tool_where, table, _TABLE_KEYS)
+        table = checked_table(path, tool_where, table, _TABLE_KEYS)
         overrides[tool_name] = tool_settings(path, tool_where, {**defaults_raw, **table})
         pinned[tool_name] = set(table)
     prefix = _string(path, where, spec, "prefix", "")

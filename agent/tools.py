@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import import_callable
-from agent.config import TOOL_NAME, TOOL_SETTINGS, AgentConfig, ConfigError, Tool, no_unknown_keys, tool_settings
+from agent.config import TOOL_SETTINGS, AgentConfig, ConfigError, Tool, checked_table, tool_settings
 from agent.outage import TryLater
 from agent.sources import ToolSource, register_table
 
@@ -132,11 +132,7 @@ def parse_tools(path: str, table: Any) -> list[ToolSource]:
 
 def _tool(path: str, name: str, spec: Any) -> Tool:
     where = f"[tools.{name}]"
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{path}: {where} must be a table")
-    if not TOOL_NAME.match(name):
-        raise ConfigError(f"{path}: {where}: a tool name is 1-64 letters, digits, _ or -")
-    no_unknown_keys(path, where, spec, _KEYS)
+    spec = checked_table(path, where, spec, _KEYS, name)
     tool = Tool(name=name, **tool_settings(path, where, spec), call=spec.get("call"), route=spec.get("route"),
                 method=str(spec.get("method", "GET")).upper(), path=str(spec.get("path", "/")),
                 routes=_route_names(path, where, spec))
