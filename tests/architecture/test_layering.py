@@ -6,7 +6,8 @@ section 3 and issue 26). A new import against them fails here, named with its fi
 - agent/ and proxy/ never import Celery (nor kombu, nor tasks/): they run in processes that
   are not Celery's (the proxy) and in runs apart;
 - tasks/ (the Celery shell) never imports web/, and knows no particular agent (no
-  agent.claude: an agent offers hooks, agent.summary_of).
+  agent.claude: an agent offers hooks, agent.summary_of);
+- the leaves at the bottom (errors.py) import nothing of ours.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("store", "agent", "proxy", "web", "tasks", "cli")
+OURS = PACKAGES + ("approval_tokens", "beat_schedule", "errors", "serving", "telemetry")
+LEAVES = ("errors.py",)
 
 # (package, forbidden import prefixes, why)
 RULES = (
@@ -41,10 +44,16 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def violations() -> list[str]:
+def sources(place: str) -> list[Path]:
+    path = ROOT / place
+    return [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
+
+
+def violations(leaves: tuple[str, ...] = LEAVES) -> list[str]:
     out = []
-    for package, forbidden, why in RULES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+    rules = RULES + tuple((leaf, OURS, "a leaf imports nothing of ours") for leaf in leaves)
+    for package, forbidden, why in rules:
+        for path in sources(package):
             if "migrations" in path.parts:
                 continue
             for line, module in imports(path):
@@ -62,5 +71,15 @@ def test_the_check_sees_imports_inside_functions_too(tmp_path: Path) -> None:
     sample.write_text("def f():\n    from web.tokens import approval_link\n")
     try:
         assert any("_layering_probe.py:2: imports web.tokens" in v for v in violations())
+    finally:
+        sample.unlink()
+
+
+def test_a_leaf_importing_anything_of_ours_is_seen() -> None:
+    sample = ROOT / "_leaf_probe.py"
+    sample.write_text("import store.records\n")
+    try:
+        assert any("_leaf_probe.py:1: imports store.records" in v
+                   for v in violations(leaves=("_leaf_probe.py",)))
     finally:
         sample.unlink()
