@@ -17,14 +17,22 @@ serves its inbox and ends (no empty look at the backlog on an idle system). An i
 still gets one message per ring at once (the latency path); a busy one gets about one per
 free worker (the throughput path), instead of a message per wake that costs the broker as
 much as the wake costs the store.
+
+A draining task recruits another (``ring_backlog``) with a message that says so (its
+``lane``): the recruit skips the inbox named, which its ringer has just taken, and goes
+straight to the backlog. A dense worker's recruits coalesce on ``RECRUIT_LANES`` markers
+instead of one, so that many recruits can be on their way at once: with one, a burst's runs
+started one broker round trip apart.
 """
 
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
+from tasks import runtime
 from tasks.application import app
 from tasks.celeryconfig import OUTBOX_QUEUE, RUNS_QUEUE
 from tasks.settings import settings
@@ -41,8 +49,19 @@ _RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval
 # past it the next ring sends a message of its own.
 QUEUED_MARKER = f"wakeful:{RUNS_QUEUE}:queued"
 
+# How many recruits a dense worker's drainers may have on their way at once. A recruit
+# starts a run (its take) one broker round trip after it is rung; on one marker a 1,000-inbox
+# burst of 10-second runs started ~70 runs a second and never had more than ~800 in flight.
+# Each lane costs at most one queued message, so this bounds the messages too.
+RECRUIT_LANES = 16
 
-def ring(inbox: str, expires: float | None = None, drain: bool = False) -> None:
+
+def lane_marker(lane: int | None) -> str:
+    """The marker of a lane; lane 0 (and a plain ring's None) is the one every ring uses."""
+    return QUEUED_MARKER if not lane else f"{QUEUED_MARKER}:{lane}"
+
+
+def ring(inbox: str, expires: float | None = None, drain: bool = False, lane: int | None = None) -> None:
     """Ask a worker to run ``inbox``. Never raises; the sweep covers a lost ring.
 
     ``expires`` (seconds): a ring still queued after that long is dropped unrun. The sweep
@@ -52,17 +71,19 @@ def ring(inbox: str, expires: float | None = None, drain: bool = False) -> None:
 
     ``drain``: once ``inbox`` is idle, the task goes on with the backlog straight from the
     database. A task drains anyway when other rings were coalesced onto it.
+
+    ``lane``: a recruit's ring (``ring_backlog``): the task goes to the backlog at once.
     """
     marker = _marker() if expires is None else None
     if marker is not None:
         try:
-            if _count_ring(marker) > 1:
+            if _count_ring(marker, lane_marker(lane)) > 1:
                 return  # a queued task will drain this inbox's event
         except Exception as exc:  # Redis down: the send below fails and says so
             log.warning("doorbell marker not set (%s: %s); ringing uncoalesced", type(exc).__name__, exc)
             marker = None
-    if not _send(inbox, expires, drain) and marker is not None:
-        started()  # no message stands behind the marker: let the next ring try again
+    if not _send(inbox, expires, drain, lane) and marker is not None:
+        started(lane)  # no message stands behind the marker: let the next ring try again
 
 
 def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool = False) -> int:
@@ -78,23 +99,24 @@ def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool 
 
 
 def ring_backlog(inbox: str) -> None:
-    """From a draining task that just took ``inbox`` from the backlog: make sure another task
-    is queued to join in (coalesced: nothing is sent while one is; the one sent drains).
+    """From a draining task that just took ``inbox``: make sure another task is queued to
+    join in (coalesced: nothing is sent while one is on the lane; the one sent drains).
     Without coalescing the sweep's rings, one per inbox, are the other drainers."""
     if _marker() is not None:
-        ring(inbox, drain=True)
+        ring(inbox, drain=True, lane=zlib.crc32(inbox.encode()) % RECRUIT_LANES if runtime.dense() else 0)
 
 
-def started() -> bool:
-    """Called by a run task as it starts: the next ring sends a message again. True when
-    rings besides the task's own were coalesced onto it while it was queued: it must drain."""
+def started(lane: int | None = None) -> bool:
+    """Called by a run task as it starts: the next ring on its lane sends a message again.
+    True when rings besides the task's own were coalesced onto it while it was queued: it
+    must drain."""
     marker = _marker()
     if marker is None:
         return False
     try:
         pipe = marker.pipeline(transaction=True)  # GET and DEL as one (GETDEL needs Redis 6.2)
-        pipe.get(QUEUED_MARKER)
-        pipe.delete(QUEUED_MARKER)
+        pipe.get(lane_marker(lane))
+        pipe.delete(lane_marker(lane))
         return int(pipe.execute()[0] or 0) > 1
     except Exception as exc:  # the marker expires anyway; drain, to be safe
         log.warning("doorbell marker not read (%s: %s)", type(exc).__name__, exc)
@@ -111,9 +133,12 @@ def ring_dispatch(inbox: str) -> None:
                     inbox, type(exc).__name__, exc)
 
 
-def _send(inbox: str, expires: float | None, drain: bool) -> bool:
+def _send(inbox: str, expires: float | None, drain: bool, lane: int | None) -> bool:
+    kwargs: dict[str, Any] = {"drain": True} if drain else {}
+    if lane is not None:
+        kwargs["lane"] = lane
     try:
-        app.send_task("wakeful.run_inbox", args=[inbox], kwargs={"drain": True} if drain else None,
+        app.send_task("wakeful.run_inbox", args=[inbox], kwargs=kwargs or None,
                       queue=RUNS_QUEUE, expires=expires, ignore_result=True, retry=True,
                       retry_policy=_RETRY)
         return True
@@ -135,11 +160,11 @@ return n
 _count_script: Any = None
 
 
-def _count_ring(marker: Any) -> int:
+def _count_ring(marker: Any, key: str) -> int:
     global _count_script
     if _count_script is None:
         _count_script = marker.register_script(_COUNT_RING)
-    return int(_count_script(keys=[QUEUED_MARKER], args=[int(settings.doorbell_coalesce_seconds * 1000)]))
+    return int(_count_script(keys=[key], args=[int(settings.doorbell_coalesce_seconds * 1000)]))
 
 
 _client: Any = None

@@ -113,8 +113,10 @@ class HeldLease:
 
 @app.task(name="wakeful.run_inbox", bind=True, soft_time_limit=settings.run_time_limit,
           time_limit=settings.hard_time_limit)
-def run_inbox(self, inbox: Any = None, drain: bool = False) -> dict[str, Any]:
+def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = None) -> dict[str, Any]:
     """Run the agent on ``inbox`` until it has nothing claimable left (or the bound).
+    A recruit (``lane`` set: doorbell.ring_backlog) goes to the backlog at once: the task
+    that rang it has just taken ``inbox``.
 
     Returns a summary Flower shows: the inbox, the generation, each run's events and outcome,
     and how the task ended (released, handed back, fenced).
@@ -125,13 +127,18 @@ def run_inbox(self, inbox: Any = None, drain: bool = False) -> dict[str, Any]:
     holder = holder_name(self.request.id)
     # From here on a ring queues a new task (this one may not reach its event); rings that
     # were coalesced onto this one while it was queued make it drain.
-    drain = doorbell.started() or drain
+    if not (isinstance(lane, int) and 0 <= lane < doorbell.RECRUIT_LANES):
+        lane = None  # not a lane a ring sends: a plain ring
+    drain = doorbell.started(lane) or drain or lane is not None
     backlog = None
     if drain:
         until = min(time.monotonic() + settings.drain_seconds, deadline - settings.run_time_limit / 2)
         backlog = Drain(until, skip=[])
     with store.pinned():
-        summary = _run_inbox(store, agent, inbox, holder, deadline, backlog)
+        if lane is None or not isinstance(inbox, str):
+            summary = _run_inbox(store, agent, inbox, holder, deadline, backlog)
+        else:
+            summary = {"inbox": inbox, "recruited": f"lane {lane}"}
         if backlog is not None and summary.get("inbox") is not None:
             if summary.get("end") == "handed back":
                 backlog.skip.append(inbox)
@@ -150,6 +157,11 @@ def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: fl
     if start.generation is None:
         return {"inbox": inbox, "skipped": "nothing to claim, or another worker holds the lease"}
     _claimed(inbox, start.generation, start.events)
+    if backlog is not None and runtime.dense():
+        # This task stands for rings coalesced onto it, and its own inbox will keep it for
+        # as long as its agent waits: another task must take up the backlog meanwhile, or
+        # the rings it stands for wait until its run ends.
+        doorbell.ring_backlog(inbox)
     return _serve(HeldLease(store, inbox, holder, start.generation, deadline, backlog), agent, start)
 
 
