@@ -10,6 +10,8 @@ Quick and deterministic, with payload switches for the poison scenario:
 - ``sleep``: wait this many seconds without a heartbeat (a model call: the runtime keeps the
   lease), ``sleep_retry`` seconds instead on a retry; each wait is announced first in the
   fault log (``{"point": "in_agent", ...}``), so a scenario can count the runs in flight;
+- ``hold``: wait (announced like ``sleep``) until the file this names exists: a model call
+  that answers when the test says so;
 - ``say``: the run writes one outbox message with this text (``urgent`` too, optionally);
 - ``ask``: one call to the model (the real SDK, no retries of its own, against the scripted
   Messages API at ``WAKEFUL_TEST_MODEL_URL``), whose reply is the run's message; the API
@@ -39,6 +41,10 @@ def agent(run: Run) -> Outcome:
         if p.get("sleep"):
             _announce_in_agent(run, event)
             time.sleep(float(p["sleep"] if event.attempts < 2 else p.get("sleep_retry", p["sleep"])))
+        if p.get("hold"):
+            _announce_in_agent(run, event)
+            while not os.path.exists(str(p["hold"])):
+                time.sleep(0.05)
         if p.get("work"):
             end = time.monotonic() + float(p["work"])
             while time.monotonic() < end:
