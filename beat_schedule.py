@@ -15,33 +15,19 @@ from typing import Any
 from celery.schedules import crontab
 
 
+def _every(task: str, seconds: float) -> dict[str, Any]:
+    """A tick every ``seconds``; one not yet run when the next is due is dropped, not stacked."""
+    return {"task": task, "schedule": seconds, "options": {"expires": seconds}}
+
+
 def beat_schedule(settings: Any) -> dict[str, dict[str, Any]]:
     return {
-        "scan-timers": {
-            "task": "wakeful.scan_timers",
-            "schedule": settings.scan_interval,
-            "options": {"expires": settings.scan_interval},
-        },
-        "sweep": {
-            "task": "wakeful.sweep",
-            "schedule": settings.sweep_interval,
-            "options": {"expires": settings.sweep_interval},
-        },
-        "dispatch-outbox": {
-            "task": "wakeful.dispatch_outbox",
-            "schedule": settings.dispatch_interval,
-            "options": {"expires": settings.dispatch_interval},
-        },
-        "execute-effects": {  # the agent kit's tool calls whose ring was lost or whose executor died
-            "task": "wakeful.execute_effects",
-            "schedule": settings.sweep_interval,
-            "options": {"expires": settings.sweep_interval},
-        },
-        "purge": {
-            "task": "wakeful.purge",
-            "schedule": settings.purge_interval,
-            "options": {"expires": settings.purge_interval},
-        },
+        "scan-timers": _every("wakeful.scan_timers", settings.scan_interval),
+        "sweep": _every("wakeful.sweep", settings.sweep_interval),
+        "dispatch-outbox": _every("wakeful.dispatch_outbox", settings.dispatch_interval),
+        # the agent kit's tool calls whose ring was lost or whose executor died
+        "execute-effects": _every("wakeful.execute_effects", settings.sweep_interval),
+        "purge": _every("wakeful.purge", settings.purge_interval),
         "daily-summary": {
             "task": "wakeful.daily_summary",
             "schedule": crontab(minute=0, hour=settings.summary_hour),
