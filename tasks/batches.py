@@ -12,10 +12,10 @@ and installing it moves Celery back to 5.6, while wakeful is verified on 5.7.
   raises ``InvalidTaskError`` and the consumer records and drops it alone, as for any task.
 - **Flush** at once when no batch is in flight (an idle worker: a lone message does not wait,
   the latency path); otherwise when a batch returns with messages waiting, at ``flush_every``
-  messages, or ``flush_seconds`` (20 ms) after the first one waiting. (Flushing whenever a
-  pool process was free, tried first, made batches of one under load: the main process, which
-  receives and acks every message, is the bottleneck, so a pool process was nearly always
-  free. A fixed 20 ms tick alone, tried next, added 20 ms to every unloaded wake.)
+  messages, or ``flush_seconds`` (20 ms) after the first one waiting. Not whenever a pool
+  process is free: under load the main process, which receives and acks every message, is
+  the bottleneck, so a pool process is nearly always free and batches would be of one; and
+  not on a fixed tick alone, which would add the tick to every unloaded wake.
 - **Prefetch lent while buffering.** With late acks a buffered message counts against the
   worker's prefetch limit (1 x concurrency here), which would cap a batch at the pool's size.
   As Celery does for a message with an ETA, each buffered message raises the limit by one

@@ -41,7 +41,7 @@ log = logging.getLogger("wakeful.doorbell")
 
 # A broker blip is retried briefly; a broker outage is left to the sweep. ignore_result=True
 # on every ring: otherwise send_task subscribes to the result backend first, and with Redis
-# down that alone retried for 20 s (measured) before the ring could fail.
+# down that alone retries for a long time before the ring can fail.
 _RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 # The marker: "a run task is queued and has not started". Its expiry bounds how long rings
@@ -50,8 +50,8 @@ _RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval
 QUEUED_MARKER = f"wakeful:{RUNS_QUEUE}:queued"
 
 # How many recruits a dense worker's drainers may have on their way at once. A recruit
-# starts a run (its take) one broker round trip after it is rung; on one marker a 1,000-inbox
-# burst of 10-second runs started ~70 runs a second and never had more than ~800 in flight.
+# starts a run (its take) one broker round trip after it is rung, so on one marker a burst's
+# runs start one round trip apart (docs/performance.md, "Measurements behind the design").
 # Each lane costs at most one queued message, so this bounds the messages too.
 RECRUIT_LANES = 16
 
@@ -150,8 +150,8 @@ def _send(inbox: str, expires: float | None, drain: bool, lane: int | None) -> b
 
 # The ring's count and, for the first ring, the marker's expiry, in one atomic command: a
 # process that died between the two would leave a marker without one, and every later ring
-# would be skipped. (A pipeline of SET NX PX and INCR did the same in one round trip, at
-# twice the client's CPU: a draining task rings once per inbox it takes.)
+# would be skipped. A script rather than a pipeline of SET NX PX and INCR: half the client's
+# CPU, and a draining task rings once per inbox it takes.
 _COUNT_RING = """
 local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end

@@ -21,12 +21,10 @@ How the child is made: ``multiprocessing``'s **forkserver**. The worker never fo
 (it runs threads: a forked copy can inherit a lock held by another thread, and pooled
 database connections); the fork server is a single-threaded process started once per worker
 process on the first run apart, with the agent's module, the store's records and this module
-already imported, and every child is a fork of it. Measured on this 2-core box with other
-work running (an agent returning at once; ``_measure`` below): 9-16 ms of wall time and
-~1 ms of the worker's CPU per run apart with the fork server, 460-1,000 ms with spawn (a
-fresh interpreter importing everything again, per run) - after a crash with 200 runs in
-flight, 200 retries at once. A forked child waiting in the agent has ~5 MB of private
-memory (it shares the server's pages copy-on-write).
+already imported, and every child is a fork of it: tens of times cheaper than spawn (a
+fresh interpreter importing everything again, per run), which matters after a crash with
+200 runs in flight, 200 retries at once; a forked child shares the server's pages
+copy-on-write (``_measure`` below; docs/performance.md, "Measurements behind the design").
 
 What crosses the boundary is data only: the agent itself (pickled by reference, as
 ``module:callable`` is imported), the Run's inbox, events, generation and memory, and back

@@ -19,7 +19,7 @@ inbox as before. A renewal that fails for another reason (the database restartin
 logged and tried again at the next tick; the lease has two more ticks of slack.
 
 One thread for the process, not one per run: starting and joining a thread around every
-wake cost ~1 ms of a ~3 ms wake (measured with ``python -m bench.wakepath``).
+wake cost a third of a no-op wake (docs/performance.md, "Measurements behind the design").
 """
 
 from __future__ import annotations

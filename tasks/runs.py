@@ -55,10 +55,9 @@ T = TypeVar("T")
 _MAX_EMPTY_REFUSALS = 20
 
 # How long a task drains the backlog alone before each inbox it takes rings for help. A
-# recruited run task takes a pool process from whatever else the worker serves: with ingest
-# and runs on one worker's two processes, recruiting from the first take made a 190 events/s
-# load wait behind run tasks (p50 159 ms, p99 793 ms; 47 and 210 without recruiting), while
-# a real backlog (the drain bench, a flushed broker) loses only this long of a second worker.
+# recruited run task takes a pool process from whatever else the worker serves (ingest, on a
+# prefork worker that also runs them), while a real backlog loses only this long of a second
+# worker (docs/performance.md, "Measurements behind the design").
 RECRUIT_AFTER = 0.05
 
 _agent: Agent | None = None
