@@ -123,14 +123,58 @@ def started(lane: int | None = None) -> bool:
         return True
 
 
+# Dispatch rings coalesce like run rings: the inboxes rung while a dispatch task is queued
+# unstarted are added to a set, and that task, as it starts, takes the set and tries them
+# all. A burst of runs that each wrote a reply then costs a handful of dispatch tasks, not one
+# per run. The set outlives the marker: a ring left in it by a task that never started is
+# taken by the next one (and its messages are due for the beat tick's dispatch anyway).
+DISPATCH_MARKER = f"wakeful:{OUTBOX_QUEUE}:queued"
+DISPATCH_RUNG = f"wakeful:{OUTBOX_QUEUE}:rung"
+_RING_DISPATCH = """
+redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return n
+"""
+
+
 def ring_dispatch(inbox: str) -> None:
     """Ask for ``inbox``'s held messages to be sent now (the gap still applies)."""
+    kwargs: dict[str, Any] = {"inbox": inbox}
+    marker = _marker()
+    if marker is not None:
+        try:
+            if _ring_dispatch(marker, inbox) > 1:
+                return  # the queued dispatch task takes this inbox with the others rung
+            kwargs["rung"] = True
+        except Exception as exc:  # Redis down: the send below fails and says so
+            log.warning("dispatch marker not set (%s: %s); ringing uncoalesced", type(exc).__name__, exc)
     try:
-        app.send_task("wakeful.dispatch_outbox", kwargs={"inbox": inbox}, queue=OUTBOX_QUEUE,
+        app.send_task("wakeful.dispatch_outbox", kwargs=kwargs, queue=OUTBOX_QUEUE,
                       ignore_result=True, retry=True, retry_policy=_RETRY)
     except Exception as exc:
         log.warning("dispatch for inbox %r not sent (%s: %s); the next tick sends it",
                     inbox, type(exc).__name__, exc)
+        if "rung" in kwargs:
+            dispatch_started()  # no message stands behind the marker: let the next ring try again
+
+
+def dispatch_started() -> list[str]:
+    """Called by a coalesced dispatch task as it starts: the inboxes rung meanwhile (the next
+    ring sends a message again)."""
+    marker = _marker()
+    if marker is None:
+        return []
+    try:
+        pipe = marker.pipeline(transaction=True)
+        pipe.delete(DISPATCH_MARKER)
+        pipe.smembers(DISPATCH_RUNG)
+        pipe.delete(DISPATCH_RUNG)
+        return sorted(name.decode() for name in pipe.execute()[1])
+    except Exception as exc:  # the beat tick sends what is due
+        log.warning("dispatch marker not read (%s: %s)", type(exc).__name__, exc)
+        return []
 
 
 def _send(inbox: str, expires: float | None, drain: bool, lane: int | None) -> bool:
@@ -165,6 +209,18 @@ def _count_ring(marker: Any, key: str) -> int:
     if _count_script is None:
         _count_script = marker.register_script(_COUNT_RING)
     return int(_count_script(keys=[key], args=[int(settings.doorbell_coalesce_seconds * 1000)]))
+
+
+_dispatch_script: Any = None
+
+
+def _ring_dispatch(marker: Any, inbox: str) -> int:
+    global _dispatch_script
+    if _dispatch_script is None:
+        _dispatch_script = marker.register_script(_RING_DISPATCH)
+    coalesce_ms = int(settings.doorbell_coalesce_seconds * 1000)
+    return int(_dispatch_script(keys=[DISPATCH_MARKER, DISPATCH_RUNG],
+                                args=[coalesce_ms, inbox, max(coalesce_ms, int(settings.dispatch_interval * 2000))]))
 
 
 _client: Any = None

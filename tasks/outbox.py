@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tasks import faults
+from tasks import doorbell, faults
 from tasks.application import app
 from tasks.approval_links import with_links
 from tasks.channels import Router, Send, load_channel
@@ -36,10 +36,16 @@ def get_channel() -> Send:
 
 
 @app.task(name="wakeful.dispatch_outbox")
-def dispatch_outbox(inbox: str | None = None) -> dict[str, Any]:
+def dispatch_outbox(inbox: str | None = None, rung: bool = False) -> dict[str, Any]:
+    """``rung``: a coalesced ring (tasks/doorbell.py): ``inbox`` and every inbox rung while
+    this task was queued."""
     store = get_store()
     send = get_channel()
-    targets = [inbox, *store.approver_inboxes(inbox)] if inbox else store.outbox_due()
+    if inbox or rung:
+        named = dict.fromkeys([*([inbox] if inbox else []), *(doorbell.dispatch_started() if rung else [])])
+        targets = list(dict.fromkeys(t for name in named for t in (name, *store.approver_inboxes(name))))
+    else:
+        targets = store.outbox_due()
     sent, failed = 0, []
     for name in targets:
         try:

@@ -5,6 +5,7 @@ worker, control and beat processes on PostgreSQL and Redis)."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -68,3 +69,28 @@ def test_free_workers_join_a_drain_and_a_new_ring_is_served_after_it(make_cluste
     c.wait(lambda: _queued(c) == 0, "the queue empty after the drain")
     c.ingest("late", "chat", "m-1", {"text": "hi"})
     c.wait(lambda: c.settled("late", 1), "a ring after the drain served", timeout=30)
+
+
+@pytest.mark.parametrize("backend", REDIS_PG)
+def test_the_replies_of_a_burst_ring_one_dispatch_task_which_sends_them_all(make_cluster) -> None:
+    """Every run that writes a message rings a dispatch; while one dispatch task is queued
+    unstarted the others only add their inbox to it (here: no outbox worker until all 20
+    runs are done, so exactly one message waits), and that task sends every inbox's reply."""
+    from tasks.celeryconfig import OUTBOX_QUEUE
+    from cli.processes import CONTROL_QUEUES
+
+    c = make_cluster(run_workers=1, beat=False, env={**QUIET, "WAKEFUL_DOORBELL_COALESCE_SECONDS": "120",
+                                                      "WAKEFUL_OUTBOX_GAP": "0"})
+    [control] = [p for p in c.procs.procs if p.name == "control"]
+    c.procs.kill(control, signal.SIGKILL)
+    inboxes = [f"reply{n}" for n in range(20)]
+    for inbox in inboxes:
+        c.store.ingest(inbox, "chat", "m-1", {"text": "hi"})
+        c.client.send_task("wakeful.run_inbox", args=[inbox], queue=RUNS_QUEUE, ignore_result=True)
+    c.wait(lambda: all(c.settled(inbox, 1) for inbox in inboxes), "20 runs done", timeout=60)
+    broker = redis.Redis.from_url(c.broker_url)
+    assert broker.llen(OUTBOX_QUEUE) == 1  # twenty rings, one dispatch message
+    assert c.sent("reply0") == []
+    c.procs.wait_ready(c.procs.worker("control2", CONTROL_QUEUES, concurrency=2))
+    c.wait(lambda: all(c.sent(inbox) for inbox in inboxes), "every reply sent by the one task", timeout=60)
+    assert broker.llen(OUTBOX_QUEUE) == 0
