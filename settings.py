@@ -19,10 +19,11 @@ This is a leaf at the bottom of the house: it imports nothing of ours but errors
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, field_validator
@@ -104,6 +105,24 @@ class _Settings(BaseSettings):
         if isinstance(alias, AliasChoices):
             return str(alias.choices[0])
         return str(cls.model_config.get("env_prefix", "")) + name.upper()
+
+
+S = TypeVar("S", bound=_Settings)
+
+
+def for_process(cls: type[S], program: str) -> S:
+    """``cls.from_env()`` for a process at its start (or a command): a bad setting ends it
+    with one line on stderr and exit status 2, no traceback."""
+    try:
+        return cls.from_env()
+    except SettingsError as exc:
+        refuse(program, exc)
+
+
+def refuse(program: str, reason: object) -> NoReturn:
+    """End this process on a bad setting: one line on stderr, exit status 2."""
+    print(f"{program}: {reason}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _problem(cls: type[_Settings], error: Any, from_env: bool) -> str:

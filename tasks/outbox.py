@@ -19,7 +19,7 @@ from tasks.approval_links import with_links
 from tasks.channels import Router, Send, load_channel
 from tasks.channels.traced import traced
 from tasks.runtime import get_store
-from tasks.settings import settings
+from tasks.application import runtime_settings
 
 log = logging.getLogger("wakeful.outbox")
 
@@ -30,6 +30,7 @@ def get_channel() -> Send:
     global _channel
     if _channel is None:
         # Approval links are minted here, never in the worker that runs agent code.
+        settings = runtime_settings()
         _channel = faults.wrap_send(with_links(Router(load_channel(settings.outbox_channel, settings), settings)))
         _channel = traced(_channel, settings.outbox_channel)  # a span per send, when traces are on
     return _channel

@@ -19,7 +19,7 @@ from celery.signals import worker_init
 
 from store import Store
 
-from tasks.settings import settings
+from tasks.application import runtime_settings
 
 # The pool of the worker this process belongs to ("prefork", "threads", "solo" ...) and its
 # concurrency, set when the worker starts; a prefork child inherits it. None outside a worker
@@ -50,7 +50,7 @@ def pool_sizes() -> tuple[int, int]:
     """(pool_size, max_overflow) for this process's store."""
     if not dense():
         return 2, 4
-    size = settings.database_pool_size or min(10, _worker["concurrency"])
+    size = runtime_settings().database_pool_size or min(10, _worker["concurrency"])
     return size, size
 
 _lock = threading.Lock()
@@ -71,6 +71,7 @@ def get_store() -> Store:
             if _store is not None:
                 _inherited.append(_store)
             size, overflow = pool_sizes()
+            settings = runtime_settings()
             _store = Store.connect(settings.store_url, pool_size=size, max_overflow=overflow,
                                    **settings.store_options())
             _pid = os.getpid()
