@@ -82,7 +82,8 @@ app = Runtime("wakeful", task_cls="tasks.guard:GuardedTask")
 
 def runtime_settings() -> RuntimeSettings:
     """This process's runtime settings: the ones its Celery app is configured with."""
-    app.conf  # noqa: B018 - reading the configuration loads them (Runtime.on_configure)
+    if not app.configured:
+        app.conf.broker_url  # noqa: B018 - reading a key loads the configuration, and them with it
     return app.wakeful_settings
 
 
