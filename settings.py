@@ -135,8 +135,10 @@ def _problem(cls: type[_Settings], error: Any, from_env: bool) -> str:
     shown = cls.variable(name) if from_env else name
     if error["type"] == "value_error":
         reason = str(error["ctx"]["error"])  # a validator's own words: "must be ..."
+    elif info.description:
+        reason = f"must be {info.description}"
     else:
-        reason = f"must be {info.description}" if info.description else error["msg"].lower()
+        reason = f"is not valid: {error['msg']}"
     got = f", got {error['input']!r}" if info.repr and "input" in error else ""
     return f"{shown} {reason}{got}"
 

@@ -42,11 +42,11 @@ def test_several_bad_values_are_still_one_line() -> None:
 
 def test_a_secret_value_is_never_shown() -> None:
     with pytest.raises(SettingsError) as raised:
-        WebSettings.from_env({"WAKEFUL_WEBHOOK_SECRETS": "whsec_%%%hunter2%%%"})
-    assert "hunter2" not in str(raised.value) and "WAKEFUL_WEBHOOK_SECRETS" in str(raised.value)
+        WebSettings.from_env({"WAKEFUL_WEBHOOK_SECRETS": "whsec_%%%notbase64%%%"})
+    assert "notbase64" not in str(raised.value) and "WAKEFUL_WEBHOOK_SECRETS" in str(raised.value)
     with pytest.raises(SettingsError) as raised:
         RuntimeSettings(database_url=["postgresql+psycopg://u:hunter2@db/x"])  # not a string
-    assert "hunter2" not in str(raised.value) and str(raised.value).startswith("database_url must be")
+    assert "hunter2" not in str(raised.value) and str(raised.value).startswith("database_url is not valid")
     settings = RuntimeSettings.from_env({"WAKEFUL_DATABASE_URL": "postgresql+psycopg://u:hunter2@db/x",
                                          "WAKEFUL_APPROVAL_SECRET": "hunter2,old"})
     assert "hunter2" not in repr(settings) and settings.approval_secrets == ("hunter2", "old")
