@@ -322,7 +322,7 @@ class RuntimeSettings(StoreSettings, _Shared):
     # Redis: a read that takes longer than this is a dead connection, not a slow one.
     redis_socket_timeout: Positive = 30
     # Embedded broker: seconds between polls of an empty queue. 0.05 s gives a wake-up of
-    # ~70-90 ms median for ~6 % of a core per idle worker (docs/performance.md).
+    # ~70-90 ms median for ~6 % of a core per idle worker (measured: docs/performance.md).
     embedded_poll_interval: Seconds = 0.05
     # Task events for Flower. On by default with Redis (Flower is in the Procfile); they cost
     # about a third of no-op throughput, so they can be turned off. Never on the embedded
