@@ -23,7 +23,7 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn, TypeVar
+from typing import Annotated, Any, Literal, NoReturn, Self, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, field_validator
@@ -90,7 +90,7 @@ class _Settings(BaseSettings):
         return (init_settings,)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None):  # type: ignore[no-untyped-def]
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Self:
         """The settings from ``env`` (default: this process's environment)."""
         source = EnvSettingsSource(cls)
         # A blank variable is an unset one (a compose file's `X=`); names match in any case.

@@ -53,6 +53,7 @@ def _guard_flower() -> None:
 
 _guard_flower()
 
+
 class Runtime(Celery):
     """wakeful's Celery app. Its configuration, and the runtime settings it is made from, are
     loaded when Celery first asks for it (a worker, beat or flower at its start; a ring from
