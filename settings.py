@@ -75,8 +75,12 @@ def read_from(name: str, default: Any, **kwargs: Any) -> Any:
 
 
 class _Settings(BaseSettings):
+    """Frozen, typed, read from the environment by ``from_env`` only; every error a SettingsError."""
+
     model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="forbid", populate_by_name=True)
 
+    # _from_env: the values came from the environment, so an error names the variable a
+    # person set (WAKEFUL_LEASE_TTL), not the keyword a caller passed (lease_ttl).
     def __init__(self, _from_env: bool = False, **values: Any) -> None:
         try:
             super().__init__(**values)

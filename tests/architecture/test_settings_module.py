@@ -93,3 +93,10 @@ def test_a_toml_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tm
     assert "\n" not in str(raised.value)
     with pytest.raises(LookupError, match="missing.toml: cannot read the config"):
         read_toml(tmp_path / "missing.toml", error=type("Missing", (LookupError, ValueError), {}))
+
+
+def test_the_agents_short_names_are_the_agent_packages() -> None:
+    from agent import BUILTIN
+    from settings import BUILTIN_AGENTS
+
+    assert set(BUILTIN) == set(BUILTIN_AGENTS)
