@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 import jsonschema
 
+from settings import read_toml
 from store.tables import HOOK_KINDS
 from store.validate import RUNTIME_SOURCES
 
@@ -166,12 +166,7 @@ def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
     path = str(path or os.environ.get(ENV) or "")
     if not path:
         raise ConfigError(f"{ENV} is not set: the claude agent and the tool kit read a TOML config (see docs/agent.md)")
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the agent config ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    raw = read_toml(path, ConfigError)
     importable_from(Path(path).parent, os.getcwd())  # call = "mytools:fn" next to the config
     return parse(raw, path)
 

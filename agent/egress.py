@@ -18,7 +18,6 @@ Imports the store and httpx only (anthropic when asked for its client); never Ce
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,10 +28,10 @@ from typing import Any
 import httpx
 
 import telemetry
+from settings import ProxySettings
 from agent.outage import NOT_ACTED_ON, TryLater, is_transient, retry_after
 
-PROXY_URL_ENV = "WAKEFUL_PROXY_URL"
-DEFAULT_PROXY_URL = "http://127.0.0.1:8780"  # proxy/settings.py's default
+PROXY_URL_ENV = ProxySettings.variable("url")
 GRANT_HEADER = "X-Wakeful-Grant"
 # Methods that change nothing: sent with the input as the query, and no Idempotency-Key.
 READ_METHODS = ("GET", "HEAD")
@@ -58,8 +57,8 @@ class Unavailable(EgressError, TryLater):
 
 
 def proxy_url(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return (env.get(PROXY_URL_ENV, "").strip() or DEFAULT_PROXY_URL).rstrip("/")
+    """Where a worker reaches the proxy: the URL the proxy listens on."""
+    return ProxySettings.from_env(env).url
 
 
 @dataclass(frozen=True)

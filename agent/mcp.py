@@ -57,15 +57,14 @@ import logging
 import os
 import threading
 import time
-import tomllib
 import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+from settings import SettingsError, read_toml
 from agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, Tool, checked_table,
                           positive_int, tool_settings)
 from agent.outage import NOT_ACTED_ON, is_transient, retry_after
@@ -187,8 +186,8 @@ def _declared(path: str, kind: str) -> frozenset[str] | None:
     """The names of the file's ``[kind.NAME]`` tables (a source is parsed from its own tables
     only); None when the config is not a file (parsed from a dict)."""
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_toml(path)
+    except SettingsError:
         return None
     tables = raw.get(kind)
     return frozenset(tables) if isinstance(tables, dict) else frozenset()

@@ -32,7 +32,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 
 from store import Event, Timer, validate
-from store.settings import StoreSettings
+from settings import StoreSettings
 from store.timers import WAKE_PREFIX, Wakes, next_cron
 
 from agent.config import POLICIES, ConfigError, Tool, no_unknown_keys, positive_int

@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace) -> int:
 
     home = Path(tempfile.mkdtemp(prefix="wakeful-bench-"))
     main_db = "wakeful_bench_main"
-    # Before anything imports tasks.settings: the workers and this process share one config.
+    # Before any app loads its settings: the workers and this process share one config.
     os.environ.update(env.base_env(home, WAKEFUL_DATABASE_URL=env.sqlalchemy_url(main_db),
                                    WAKEFUL_AGENT="bench.agents:agent"))
     ctx = Context(sizes=Sizes.quick() if args.quick else Sizes.full(), home=home,

@@ -10,17 +10,21 @@ import time
 
 from celery import Celery
 
+from settings import RuntimeSettings
 from tasks.celeryconfig import celery_config
-from tasks.settings import settings
 
 from bench.probe import record_latency
 
 QUEUE = "bench.peer"
 
-app = Celery("bench_peer")
-app.config_from_object(celery_config(settings))
-app.conf.task_routes = {"bench.*": {"queue": QUEUE}}
-app.conf.beat_schedule = {}
+
+class Peer(Celery):
+    def on_configure(self) -> None:  # as wakeful's app: the settings on the first read of app.conf
+        self.config_from_object({**celery_config(RuntimeSettings.from_env()),
+                                 "task_routes": {"bench.*": {"queue": QUEUE}}, "beat_schedule": {}})
+
+
+app = Peer("bench_peer")
 
 
 @app.task(name="bench.noop")

@@ -9,13 +9,9 @@ def check() -> None:
     """Check the settings and the agent, and the tool config (WAKEFUL_AGENT_CONFIG: every
     tool's policy, call and input schema) when the agent is claude or the file is named.
     Exit 2 on a bad setting, 1 on a bad agent or config, with the reason on one line."""
-    try:  # the settings are read as the module loads (tasks/settings.py)
-        from tasks.settings import Settings
+    from settings import RuntimeSettings, for_process
 
-        settings = Settings.from_env()
-    except ValueError as exc:  # SettingsError: names the variable and what it accepts
-        typer.echo(f"wakeful check: {exc}", err=True)
-        raise typer.Exit(2) from None
+    settings = for_process(RuntimeSettings, "wakeful check")  # a bad one: one line, exit 2
     from agent import BUILTIN, load_agent
     from agent.config import ConfigError, for_worker
 

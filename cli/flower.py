@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 import sys
 
-from tasks.settings import Settings
+from settings import RuntimeSettings, for_process
 
 
 class FlowerRefused(SystemExit):
     pass
 
 
-def flower_command(s: Settings, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+def flower_command(s: RuntimeSettings, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """The command and environment to exec, or FlowerRefused with the reason."""
     pairs = [p.strip() for p in s.flower_basic_auth.split(",") if p.strip()]
     if not pairs:
@@ -50,9 +50,7 @@ def flower_command(s: Settings, env: dict[str, str]) -> tuple[list[str], dict[st
 
 
 def main() -> None:
-    from tasks.settings import settings
-
-    command, env = flower_command(settings, dict(os.environ))
+    command, env = flower_command(for_process(RuntimeSettings, "wakeful flower"), dict(os.environ))
     os.execvpe(command[0], command, env)
 
 

@@ -20,12 +20,17 @@ from store.display import safe
 hooks_cli = typer.Typer(no_args_is_help=True, help="Per-inbox webhook secrets (encrypted at rest).")
 
 
+def _secrets_key() -> str:
+    from settings import RuntimeSettings, for_process
+
+    return for_process(RuntimeSettings, "wakeful").secrets_key
+
+
 def _cipher():  # type: ignore[no-untyped-def]
     from store.hook_secrets import SecretsKeyError, cipher
-    from tasks.settings import Settings
 
     try:
-        return cipher(Settings.from_env().secrets_key)
+        return cipher(_secrets_key())
     except SecretsKeyError as exc:
         typer.echo(f"wakeful: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -62,10 +67,9 @@ def list_() -> None:
     from cli.operator import opened_store, table
 
     from store.hook_secrets import SecretsKeyError, cipher
-    from tasks.settings import Settings
 
     try:
-        f = cipher(Settings.from_env().secrets_key)
+        f = cipher(_secrets_key())
     except SecretsKeyError:
         f = None  # still list the rows; the count shows "?"
     with opened_store() as store:

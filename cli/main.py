@@ -1,7 +1,8 @@
 """The ``wakeful`` command.
 
-Imports stay inside the commands: ``wakeful demo`` must point the settings at its own
-directory before anything reads them, and ``wakeful --help`` should not load Celery.
+Imports stay inside the commands: ``wakeful demo`` must point the environment at its own
+directory before the settings are loaded, and ``wakeful --help`` should not load Celery. A
+command loads the settings when it starts (``_settings``): a bad one is one line, exit 2.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def _store():
     from tasks.runtime import get_store
 
     return get_store()
+
+
+def _settings():  # type: ignore[no-untyped-def]
+    from settings import RuntimeSettings, for_process
+
+    return for_process(RuntimeSettings, "wakeful")
 
 
 @cli.command()
@@ -62,14 +69,11 @@ def init() -> None:
 
 
 def _embedded() -> bool:
-    from tasks.settings import settings
-
-    return settings.embedded_broker
+    return _settings().embedded_broker
 
 
 def _init() -> None:
-    from tasks.settings import settings
-
+    settings = _settings()
     settings.home.mkdir(parents=True, exist_ok=True)
     _store().migrate()
     if settings.embedded_broker:
@@ -95,7 +99,7 @@ def up(
                                             "next to this package."),
 ) -> None:
     """Run the Procfile through honcho (development; use a real supervisor in production)."""
-    from tasks.settings import settings
+    settings = _settings()
 
     path = procfile or _find_procfile()
     names = list(processes or [])
@@ -224,9 +228,7 @@ cli.add_typer(hooks_cli, name="hooks")
 def purge(older_than: Optional[int] = typer.Option(None, help="Seconds (default "
                                                    "WAKEFUL_RETENTION).")) -> None:
     """Retention: delete old finished rows now."""
-    from tasks.settings import settings
-
-    counts = _store().purge(older_than if older_than is not None else settings.retention)
+    counts = _store().purge(older_than if older_than is not None else _settings().retention)
     typer.echo(json.dumps(counts))
 
 

@@ -39,10 +39,10 @@ WIDTH = 60  # longest free text (an error, a message body) shown in a table cell
 
 @contextmanager
 def opened_store() -> Iterator["Store"]:
+    from settings import RuntimeSettings, for_process
     from store import Store
-    from tasks.settings import Settings
 
-    s = Settings.from_env()
+    s = for_process(RuntimeSettings, "wakeful")
     store = Store.connect(s.store_url, **s.store_options())
     try:
         yield store

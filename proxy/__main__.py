@@ -11,31 +11,23 @@ import sys
 
 import serving
 
-from .routes import RoutesError, load
-from .settings import ProxySettings, SettingsError
+from settings import ProxySettings, RuntimeSettings, SettingsError, refuse
+
+from .routes import Route, RoutesError, load
 
 
-def _store():  # type: ignore[no-untyped-def]
-    # The same variables as every other process (tasks/settings.py), read here so the proxy
-    # needs nothing of the Celery shell: only the database (grants, audit), no store rules.
-    import os
-
-    from store import Store
-    from store.db import embedded_url
-
-    url = os.environ.get("WAKEFUL_DATABASE_URL", "").strip() or embedded_url(
-        os.environ.get("WAKEFUL_HOME", "").strip() or "var")
-    return Store.connect(url, pool_size=4, pooler=os.environ.get("WAKEFUL_DATABASE_POOLER", "").strip())
+def _started() -> tuple[ProxySettings, RuntimeSettings, dict[str, Route]]:
+    """The proxy's settings, the runtime's (the same database as every other process: grants
+    and audit; its store rules unused) and the routes, or one line and exit 2."""
+    try:
+        return ProxySettings.from_env(), RuntimeSettings.from_env(), load()
+    except (SettingsError, RoutesError) as exc:
+        refuse("wakeful proxy", exc)
 
 
 def check_config() -> int:
     """``wakeful proxy --check``: what ``main`` would serve, without serving it."""
-    try:
-        settings = ProxySettings.from_env()
-        routes = load()
-    except (SettingsError, RoutesError) as exc:
-        print(f"wakeful proxy: {exc}", file=sys.stderr)
-        return 2
+    settings, _, routes = _started()
     print(f"wakeful proxy: would listen on {settings.url}")
     for route in routes.values():
         allow = ", ".join(f"{rule.method} {rule.prefix}" for rule in route.allow)
@@ -45,15 +37,13 @@ def check_config() -> int:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        settings = ProxySettings.from_env()
-        routes = load()
-    except (SettingsError, RoutesError) as exc:
-        print(f"wakeful proxy: {exc}", file=sys.stderr)
-        return 2
+    settings, runtime, routes = _started()
+    from store import Store
+
     from .app import create_app
 
-    app = create_app(routes, _store(), settings)
+    store = Store.connect(runtime.store_url, pool_size=4, pooler=runtime.database_pooler)
+    app = create_app(routes, store, settings)
     host, port = settings.listen
     logging.getLogger("wakeful.proxy").info("proxy: routes %s, listening on %s", ", ".join(sorted(routes)),
                                             settings.url)

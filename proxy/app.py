@@ -47,12 +47,12 @@ from starlette.routing import Mount, Route as StarletteRoute
 from starlette.types import Receive, Scope, Send
 
 import telemetry
+from settings import ProxySettings
 from store.budget import WriteBudget
 from store.grants import OUTCOMES, UNGRANTED, UNKNOWN_ROUTE, GrantCheck
 
 from .routes import Route
 from .scrub import Scrubber, Secrets
-from .settings import ProxySettings
 
 log = logging.getLogger("wakeful.proxy")
 

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from settings import read_toml
 
 CONFIG_ENV = "WAKEFUL_AGENT_CONFIG"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -91,13 +92,7 @@ def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | No
     path = str(path or env.get(CONFIG_ENV) or "")
     if not path:
         raise RoutesError(f"{CONFIG_ENV} is not set: the proxy reads its [routes.*] from the agent config")
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RoutesError(f"{path}: cannot read the config ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise RoutesError(f"{path}: not valid TOML ({exc})") from None
-    return parse(raw.get("routes"), path, env)
+    return parse(read_toml(path, RoutesError).get("routes"), path, env)
 
 
 def parse(tables: Any, path: str = "<config>", env: Mapping[str, str] | None = None) -> dict[str, Route]:

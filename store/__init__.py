@@ -32,7 +32,7 @@ from .records import (
     Timer,
     TimerRow,
 )
-from .settings import StoreSettings
+from settings import StoreSettings
 from .store import Store
 
 __all__ = [

@@ -23,7 +23,7 @@ from . import inbox as inbox_rules
 from . import timers, validate
 from .db import insert
 from .records import Approval, InvalidEvent
-from .settings import StoreSettings
+from settings import StoreSettings
 from .tables import approvals, events
 
 SOURCE = "approval"

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Integer, Select, bindparam, exists, literal_c
 from . import leases, plans, runlog, runs
 from .db import NOW, dialect_insert
 from .records import RunStart
-from .settings import StoreSettings
+from settings import StoreSettings
 from .tables import events, inboxes, memory, status_is
 from .tables import runs as runs_log
 

@@ -24,7 +24,7 @@ from sqlalchemy import BigInteger, Connection, Integer, Text, Update, and_, bind
 from . import leases, plans
 from .inbox import EVENT_COLUMNS, to_event
 from .records import Event
-from .settings import StoreSettings
+from settings import StoreSettings
 from .tables import events, inboxes, status_is
 
 

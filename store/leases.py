@@ -17,7 +17,7 @@ from sqlalchemy import BigInteger, Connection, Insert, Row, Update, and_, bindpa
 
 from . import plans
 from .db import NOW, dialect_insert
-from .settings import StoreSettings
+from settings import StoreSettings
 from .tables import events, inboxes, memory, status_is
 
 

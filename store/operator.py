@@ -18,7 +18,7 @@ from . import spend as spend_rules
 from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
 from .records import InboxStatus, Outage, RunRecord
-from .settings import StoreSettings
+from settings import StoreSettings
 from .tables import approvals, audit, events, grants, inboxes, outbox, rejected, runs, status_is, timers
 
 PURGE_BATCH = 5000  # rows per transaction: retention never holds a long lock

@@ -45,7 +45,7 @@ from . import leases, validate
 from .db import clock, transaction
 from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, InvalidOutcome, Message, OutboxItem, OutboxRow,
                       OutgoingMessage)
-from .settings import StoreSettings
+from settings import StoreSettings
 from .tables import HOOK_KINDS, events, inboxes, outbox
 
 HELD = outbox.c.sent_at.is_(None)

@@ -25,7 +25,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from . import claims, counters, leases, memory, outcomes, plans, retries, runlog, validate
 from .records import Event, Outcome, RunStart, RunStep
-from .settings import StoreSettings
+from settings import StoreSettings
 from .tables import events, status_is
 
 

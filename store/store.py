@@ -40,7 +40,7 @@ from .records import (
     RunStep,
     TimerRow,
 )
-from .settings import StoreSettings
+from settings import StoreSettings
 
 
 # A pinned connection idle longer than this is checked again (see ``Store.pinned``).

@@ -23,7 +23,7 @@ from . import inbox as inbox_rules
 from . import validate
 from .db import upsert
 from .records import Fired, InvalidEvent, InvalidTimer, TimerRow
-from .settings import StoreSettings
+from settings import StoreSettings
 from .tables import timers
 
 TIMER_ID_MAX = 200  # leaves room for "@<epoch seconds>" in the event's source_id

@@ -1,10 +1,10 @@
 """wakeful's Celery runtime: ``celery -A tasks worker|beat|flower``.
 
 ``tasks.app`` is built, and the tasks registered, on first access, not when the package is
-imported: ``tasks.settings`` reads the environment when it is first imported, and commands
-such as ``wakeful demo`` must point it somewhere before that happens. Building the app
-connects to nothing; the store is opened lazily in each process that uses it (after the
-prefork fork).
+imported. Building the app reads and connects to nothing: its settings are loaded from the
+environment on the first read of its configuration (tasks/application.py), so commands such
+as ``wakeful demo`` can point the environment somewhere first; the store is opened lazily
+in each process that uses it (after the prefork fork).
 """
 
 from __future__ import annotations

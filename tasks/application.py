@@ -1,4 +1,5 @@
-"""The Celery app. Creating it connects to nothing; the store is opened lazily per process."""
+"""The Celery app. Creating it reads and connects to nothing: the runtime settings are loaded
+with Celery's configuration, when it is first needed, and the store is opened lazily per process."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import os
 import sys
 from collections.abc import Mapping
 
+import click
 from celery import Celery
 from celery.signals import beat_init, celeryd_init, worker_process_init
 
 import telemetry
+from settings import RuntimeSettings, for_process
 from tasks import embedded, redis_guard
 from tasks.celeryconfig import QUEUES, celery_config
-from tasks.settings import settings
 
 
 def refuse_open_flower(options: object, env: Mapping[str, str]) -> None:
@@ -51,11 +53,39 @@ def _guard_flower() -> None:
 
 _guard_flower()
 
+
+class Runtime(Celery):
+    """wakeful's Celery app. Its configuration, and the runtime settings it is made from, are
+    loaded when Celery first asks for it (a worker, beat or flower at its start; a ring from
+    the web edge or the CLI), never when a module is imported."""
+
+    wakeful_settings: RuntimeSettings
+
+    def on_configure(self) -> None:  # Celery calls it on the first read of app.conf
+        if click.get_current_context(silent=True) is not None:
+            # A command line (celery worker|beat|flower, wakeful ...): one line, exit 2.
+            settings = for_process(RuntimeSettings, "wakeful")
+        else:
+            settings = RuntimeSettings.from_env()  # a library caller gets the SettingsError
+        self.wakeful_settings = settings
+        self.config_from_object(celery_config(settings))
+        if settings.embedded_broker:
+            embedded.configure(settings.embedded_poll_interval)
+        elif settings.redis_broker:
+            redis_guard.install()
+
+
 # Every task's messages are checked before Celery builds a request from them, and the
 # consumer records and drops what fails (tasks/guard.py: one bad message must never stop
 # a worker).
-app = Celery("wakeful", task_cls="tasks.guard:GuardedTask")
-app.config_from_object(celery_config(settings))
+app = Runtime("wakeful", task_cls="tasks.guard:GuardedTask")
+
+
+def runtime_settings() -> RuntimeSettings:
+    """This process's runtime settings: the ones its Celery app is configured with."""
+    if not app.configured:
+        app.conf.broker_url  # noqa: B018 - reading a key loads the configuration, and them with it
+    return app.wakeful_settings
 
 
 def _celery_role(argv: list[str]) -> str:
@@ -76,12 +106,6 @@ if telemetry.setup(_celery_role(sys.argv)):
 
     CeleryInstrumentor().instrument()
 
-if settings.embedded_broker:
-    embedded.configure(settings.embedded_poll_interval)
-elif settings.redis_broker:
-    redis_guard.install()
-
-
 @celeryd_init.connect
 @beat_init.connect
 def _init_embedded(**_kwargs) -> None:
@@ -89,6 +113,7 @@ def _init_embedded(**_kwargs) -> None:
     # by hand (celery -A tasks worker) does it too, retrying if it races another. Only the
     # embedded SQLite store is migrated here: PostgreSQL is migrated once, by `wakeful init`
     # (compose's `init` service), never by every worker that starts.
+    settings = runtime_settings()
     if settings.store_url.startswith("sqlite"):
         embedded.migrate_store(settings.store_url, settings.store_options())
     if settings.embedded_broker:

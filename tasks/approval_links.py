@@ -22,7 +22,7 @@ from typing import Any
 from approval_tokens import SELF, approval_link
 from store import OutboxItem, OutgoingMessage
 from store.effects import LINK_MARKER_PREFIX
-from tasks.settings import settings
+from tasks.application import runtime_settings
 
 log = logging.getLogger("wakeful.approval_links")
 _MARKER = re.compile(re.escape(LINK_MARKER_PREFIX) + r"([^\]\s]{1,256})\]\]")
@@ -70,10 +70,11 @@ def link(inbox: str, request_id: str, approver: str | None = None) -> str:
     if not keys:
         return (f"`wakeful answer {inbox} {request_id} yes|no` (set WAKEFUL_APPROVAL_SECRET and "
                 "WAKEFUL_PUBLIC_URL for a link)")
+    settings = runtime_settings()
     return approval_link(inbox, request_id, approver=routed, base_url=settings.public_url,
                          secret=keys, expires_in=settings.approval_token_ttl)
 
 
 def approval_keys() -> tuple[str, ...]:
     """``WAKEFUL_APPROVAL_SECRET``'s keys ("new,old" while rotating: the first signs)."""
-    return tuple(part.strip() for part in settings.approval_secret.split(",") if part.strip())
+    return runtime_settings().approval_secrets

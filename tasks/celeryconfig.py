@@ -13,7 +13,7 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
-from tasks.settings import Settings
+from settings import RuntimeSettings
 
 # Queues. External callers send with no routing options, so the entry points live on
 # Celery's default queue; agent runs have their own queue (and their own worker in the
@@ -36,7 +36,7 @@ ROUTES = {
 }
 
 
-def celery_config(s: Settings) -> dict[str, Any]:
+def celery_config(s: RuntimeSettings) -> dict[str, Any]:
     from beat_schedule import beat_schedule
 
     config: dict[str, Any] = {
@@ -63,6 +63,9 @@ def celery_config(s: Settings) -> dict[str, Any]:
                         for name in QUEUES],
         "task_default_queue": DEFAULT_QUEUE,
         "task_routes": ROUTES,
+        # An agent run's time limits (SoftTimeLimitExceeded fails the current run, with backoff).
+        "task_annotations": {"wakeful.run_inbox": {"soft_time_limit": s.run_time_limit,
+                                                   "time_limit": s.hard_time_limit}},
         "task_create_missing_queues": True,
         # Records and drops invalid, unknown and undecodable messages instead of exiting
         # (tasks/guard.py; celery#7975).
@@ -90,7 +93,7 @@ def celery_config(s: Settings) -> dict[str, Any]:
     return config
 
 
-def _redis(s: Settings) -> dict[str, Any]:
+def _redis(s: RuntimeSettings) -> dict[str, Any]:
     transport = {
         # Above the longest task: a message unacked for this long is delivered again.
         "visibility_timeout": s.broker_visibility_timeout,
@@ -113,7 +116,7 @@ def _redis(s: Settings) -> dict[str, Any]:
     }
 
 
-def _embedded(s: Settings) -> dict[str, Any]:
+def _embedded(s: RuntimeSettings) -> dict[str, Any]:
     # The SQLAlchemy transport hands its options to create_engine (a polling_interval here
     # crashes it; that is set on the Transport class, see tasks/embedded.py). The busy
     # timeout lets the processes' polls queue on the SQLite write lock instead of failing.

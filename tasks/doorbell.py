@@ -33,9 +33,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from tasks import runtime
-from tasks.application import app
+from tasks.application import app, runtime_settings
 from tasks.celeryconfig import OUTBOX_QUEUE, RUNS_QUEUE
-from tasks.settings import settings
 
 log = logging.getLogger("wakeful.doorbell")
 
@@ -208,7 +207,7 @@ def _count_ring(marker: Any, key: str) -> int:
     global _count_script
     if _count_script is None:
         _count_script = marker.register_script(_COUNT_RING)
-    return int(_count_script(keys=[key], args=[int(settings.doorbell_coalesce_seconds * 1000)]))
+    return int(_count_script(keys=[key], args=[int(runtime_settings().doorbell_coalesce_seconds * 1000)]))
 
 
 _dispatch_script: Any = None
@@ -218,6 +217,7 @@ def _ring_dispatch(marker: Any, inbox: str) -> int:
     global _dispatch_script
     if _dispatch_script is None:
         _dispatch_script = marker.register_script(_RING_DISPATCH)
+    settings = runtime_settings()
     coalesce_ms = int(settings.doorbell_coalesce_seconds * 1000)
     return int(_dispatch_script(keys=[DISPATCH_MARKER, DISPATCH_RUNG],
                                 args=[coalesce_ms, inbox, max(coalesce_ms, int(settings.dispatch_interval * 2000))]))
@@ -232,19 +232,18 @@ def _marker() -> Any:
     not drain (only draining tasks make a skipped ring safe)."""
     global _client
     if _client is None:
-        url = settings.broker
+        settings = runtime_settings()
         coalesce = settings.doorbell_coalesce_seconds > 0 and settings.drain_seconds > 0
-        if not coalesce or not settings.redis_broker:
+        if not coalesce or settings.redis_url is None:
             _client = False
         else:
             import redis
 
-            if url.startswith("redis+socket://"):
-                url = "unix://" + url[len("redis+socket://"):]
             # A blocking pool: a dense worker's hundreds of threads ring at once, and a ring
             # takes well under a millisecond, so 50 connections serve them and the rest wait
             # their turn (redis-py's default pool raises past its maximum instead).
-            pool = redis.BlockingConnectionPool.from_url(url, max_connections=50, timeout=settings.redis_socket_timeout,
+            pool = redis.BlockingConnectionPool.from_url(settings.redis_url, max_connections=50,
+                                                         timeout=settings.redis_socket_timeout,
                                                          socket_timeout=settings.redis_socket_timeout,
                                                          socket_connect_timeout=5)
             _client = redis.Redis(connection_pool=pool)

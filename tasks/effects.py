@@ -24,7 +24,7 @@ from tasks.application import app
 from tasks.celeryconfig import RUNS_QUEUE
 from tasks.doorbell import _RETRY, ring, ring_dispatch
 from tasks.runtime import get_store
-from tasks.settings import settings
+from tasks.application import runtime_settings
 
 log = logging.getLogger("wakeful.effects")
 
@@ -37,6 +37,7 @@ def check_agent_config(**_kwargs: Any) -> None:
     from agent.config import ConfigError, for_worker
 
     try:
+        settings = runtime_settings()
         cfg = for_worker(settings.agent)
         # One model call, retries included, must end well inside the run's time limit (the
         # lease keeper renews the lease until then, not after).

@@ -40,7 +40,7 @@ from kombu.exceptions import ContentDisallowed, DecodeError
 
 from store.budget import WriteBudget
 from store.validate import excerpt as bounded_excerpt
-from tasks.settings import settings
+from tasks.application import runtime_settings
 
 log = logging.getLogger("wakeful.guard")
 
@@ -283,13 +283,16 @@ def _text(value: Any, limit: int = 200) -> str:
 
 
 # WAKEFUL_REJECTIONS_PER_SECOND refusals a worker are written (store/budget.py); beyond it a
-# refusal is dropped, logged and counted in ``unrecorded``.
-_budget = WriteBudget(settings.rejections_per_second)
+# refusal is dropped, logged and counted in ``unrecorded``. Made at the first refusal, from
+# the settings the app was configured with.
+_budget: WriteBudget | None = None
 unrecorded = 0
 
 
 def record(queue: str, reason: str, message: Any) -> None:
-    global unrecorded
+    global unrecorded, _budget
+    if _budget is None:
+        _budget = WriteBudget(runtime_settings().rejections_per_second)
     if not _budget.take():
         unrecorded += 1
         return

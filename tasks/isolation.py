@@ -98,9 +98,9 @@ def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outc
                     "running the retried batch in the worker's process", run.inbox, exc)
         return agent(run)
     if deadline is None:
-        from tasks.settings import settings
+        from tasks.application import runtime_settings
 
-        deadline = time.monotonic() + settings.run_time_limit
+        deadline = time.monotonic() + runtime_settings().run_time_limit
     if not _slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
         raise SoftTimeLimitExceeded("the run passed its deadline waiting for a process of its own")
     try:

@@ -14,12 +14,11 @@ import logging
 from typing import Any
 
 from tasks import doorbell, faults
-from tasks.application import app
+from tasks.application import app, runtime_settings
 from tasks.approval_links import with_links
 from tasks.channels import Router, Send, load_channel
 from tasks.channels.traced import traced
 from tasks.runtime import get_store
-from tasks.settings import settings
 
 log = logging.getLogger("wakeful.outbox")
 
@@ -30,6 +29,7 @@ def get_channel() -> Send:
     global _channel
     if _channel is None:
         # Approval links are minted here, never in the worker that runs agent code.
+        settings = runtime_settings()
         _channel = faults.wrap_send(with_links(Router(load_channel(settings.outbox_channel, settings), settings)))
         _channel = traced(_channel, settings.outbox_channel)  # a span per send, when traces are on
     return _channel

@@ -44,7 +44,7 @@ from tasks.application import app
 from tasks import doorbell, faults, isolation, runtime
 from tasks.lease_keeper import keeper
 from tasks.runtime import get_store, holder_name
-from tasks.settings import settings
+from tasks.application import runtime_settings
 
 log = logging.getLogger("wakeful.runs")
 T = TypeVar("T")
@@ -66,7 +66,7 @@ _agent: Agent | None = None
 def get_agent() -> Agent:
     global _agent
     if _agent is None:
-        _agent = load_agent(settings.agent)
+        _agent = load_agent(runtime_settings().agent)
     return _agent
 
 
@@ -110,8 +110,7 @@ class HeldLease:
         _once_more_on_disconnect(lambda: self.store.count_spend(self.inbox, budget, usage))
 
 
-@app.task(name="wakeful.run_inbox", bind=True, soft_time_limit=settings.run_time_limit,
-          time_limit=settings.hard_time_limit)
+@app.task(name="wakeful.run_inbox", bind=True)  # its time limits: task_annotations (tasks/celeryconfig.py)
 def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = None) -> dict[str, Any]:
     """Run the agent on ``inbox`` until it has nothing claimable left (or the bound).
     A recruit (``lane`` set: doorbell.ring_backlog) goes to the backlog at once: the task
@@ -122,6 +121,7 @@ def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = N
     """
     store = get_store()
     agent = get_agent()  # a broken WAKEFUL_AGENT fails here, before any event is claimed
+    settings = runtime_settings()
     deadline = time.monotonic() + settings.run_time_limit
     holder = holder_name(self.request.id)
     # From here on a ring queues a new task (this one may not reach its event); rings that
@@ -241,7 +241,7 @@ def _loop(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str,
             memory = store.memory(inbox) if events else memory
             continue
         empty_refusals = 0
-        last = len(runs) + 1 >= settings.max_runs_per_task
+        last = len(runs) + 1 >= runtime_settings().max_runs_per_task
         result, step = _run_once(lease, agent, events, memory, claim_next=not last)
         runs.append(result)
         if result["outcome"] == "fenced":
@@ -278,7 +278,7 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
         # prefork child runs one run at a time, so it keeps its connection (and saves a
         # checkout and its pre-ping on every wake).
         unpinned = lease.store.unpinned() if runtime.shares_process() else contextlib.nullcontext()
-        with unpinned, keeper.holding(lease, settings.lease_ttl, lease.deadline, name, end) as held:
+        with unpinned, keeper.holding(lease, runtime_settings().lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
                       memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant,
                       _check_budget=lease.check_budget, _count_spend=lease.count_spend,
@@ -328,7 +328,7 @@ def _end_past_deadline(lease: HeldLease, ids: list[int], thread_id: int) -> None
     celery#9203, and cannot terminate a job, celery#10490): at its next Python bytecode, so a
     call blocked in C (a socket read) ends when that call returns or times out."""
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
-    error = f"the run passed WAKEFUL_RUN_TIME_LIMIT ({settings.run_time_limit}s)"
+    error = f"the run passed WAKEFUL_RUN_TIME_LIMIT ({runtime_settings().run_time_limit}s)"
     if store.finish(inbox, holder, gen, ids, error=error):
         log.warning("inbox %r run on events %s: %s; ended", inbox, ids, error)
     if store.release(inbox, holder, gen, force=True):

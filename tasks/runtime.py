@@ -19,8 +19,6 @@ from celery.signals import worker_init
 
 from store import Store
 
-from tasks.settings import settings
-
 # The pool of the worker this process belongs to ("prefork", "threads", "solo" ...) and its
 # concurrency, set when the worker starts; a prefork child inherits it. None outside a worker
 # (a test or a bench calling a task's body): one run at a time, as in a prefork child.
@@ -50,7 +48,11 @@ def pool_sizes() -> tuple[int, int]:
     """(pool_size, max_overflow) for this process's store."""
     if not dense():
         return 2, 4
-    size = settings.database_pool_size or min(10, _worker["concurrency"])
+    # The app is imported where its settings are read, not by this module: a run apart's
+    # fork server imports it, and the app sets up traces for the role it reads from argv.
+    from tasks.application import runtime_settings
+
+    size = runtime_settings().database_pool_size or min(10, _worker["concurrency"])
     return size, size
 
 _lock = threading.Lock()
@@ -71,6 +73,9 @@ def get_store() -> Store:
             if _store is not None:
                 _inherited.append(_store)
             size, overflow = pool_sizes()
+            from tasks.application import runtime_settings  # not at import: see pool_sizes
+
+            settings = runtime_settings()
             _store = Store.connect(settings.store_url, pool_size=size, max_overflow=overflow,
                                    **settings.store_options())
             _pid = os.getpid()

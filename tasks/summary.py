@@ -29,7 +29,7 @@ from store import Message, Outcome, Store
 from tasks.application import app
 from tasks.doorbell import ring, ring_dispatch
 from tasks.runtime import get_store, holder_name
-from tasks.settings import settings
+from tasks.application import runtime_settings
 
 log = logging.getLogger("wakeful.summary")
 
@@ -141,7 +141,7 @@ def _log(text: str | None) -> None:
 @app.task(name="wakeful.daily_summary", bind=True, max_retries=30)
 def daily_summary(self: Any) -> dict[str, Any]:
     """Once a day: dead events and expired approvals since the last summary."""
-    inbox = settings.operator_inbox or None
+    inbox = runtime_settings().operator_inbox or None
     holder = f"{HOLDER}@{holder_name(self.request.id)}"  # an operator sees who wrote it
     result = write_summary(get_store(), inbox, holder, ring_inbox=ring)
     if "skipped" in result:

@@ -13,7 +13,7 @@ from typing import Any
 from tasks.application import app
 from tasks.doorbell import ring_many
 from tasks.runtime import get_store
-from tasks.settings import settings
+from tasks.application import runtime_settings
 
 
 @app.task(name="wakeful.sweep")
@@ -22,4 +22,4 @@ def sweep() -> dict[str, Any]:
     # Each ring expires when the next sweep is due: that sweep rings again if still needed.
     # Its rings stand for lost doorbells, so each task drains the backlog from the database
     # once its inbox is idle: a flushed broker's backlog does not wait for sweep after sweep.
-    return {"inboxes_rung": ring_many(inboxes, expires=max(settings.sweep_interval, 1.0), drain=True)}
+    return {"inboxes_rung": ring_many(inboxes, expires=max(runtime_settings().sweep_interval, 1.0), drain=True)}

@@ -4,8 +4,9 @@
 expiring links an agent's approval message carries. See docs/web.md.
 """
 
+from settings import WebSettings
+
 from .app import create_app
-from .settings import WebSettings
 from .tokens import answer_token, approval_link, check_token, make_token
 
 __all__ = ["WebSettings", "answer_token", "approval_link", "check_token", "create_app", "make_token"]

@@ -10,21 +10,28 @@ from __future__ import annotations
 import logging
 
 import serving
-
-from .settings import header_timeout, listen_address
+from settings import RuntimeSettings, WebSettings, for_process
 
 
 def main() -> None:
-    host, port = listen_address()
+    # Both at the start: a bad setting is one line and exit 2, before anything listens. The
+    # runtime's name the database (the same as the workers') and the doorbell's broker.
+    settings = for_process(WebSettings, "wakeful web")
+    runtime = for_process(RuntimeSettings, "wakeful web")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from store import Store
+
+    from .app import create_app
+
+    app = create_app(settings=settings, store=Store.connect(runtime.store_url, **runtime.store_options()))
+    host, port = settings.listen
     serving.run(
-        "web.app:create_app",
-        factory=True,
+        app,
         host=host,
         port=port,
         # A slow client holds a connection only until its headers are late (serving.py), and
         # between requests for uvicorn's 5 s keep-alive.
-        header_timeout=header_timeout(),
+        header_timeout=settings.header_timeout,
         # Behind a TLS proxy the client address comes from X-Forwarded-For; uvicorn trusts it
         # only from FORWARDED_ALLOW_IPS (default 127.0.0.1).
         proxy_headers=True,

@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import telemetry
+from settings import WebSettings
 
 from . import approvals, ops, receivers
 from .access_log import AccessLog
 from .edge import Check, Edge, Ring, _default_store
 from .hooks import HookSecrets, loader as hook_loader
-from .settings import WebSettings
 
 
 log = logging.getLogger("wakeful.web")

@@ -22,10 +22,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from settings import WebSettings
 from store.budget import WriteBudget
 
 from .refusals import Refused, excerpt, storable
-from .settings import WebSettings
 
 log = logging.getLogger("wakeful.web")
 
@@ -45,14 +45,12 @@ def _default_ring() -> Ring:
 
 
 def _default_store():  # type: ignore[no-untyped-def]
+    # The runtime's settings: web and workers can never point at different databases.
+    from settings import RuntimeSettings
     from store import Store
 
-    from .settings import runtime_settings
-
-    runtime = runtime_settings()
-    options = runtime.store_options
-    options = options() if callable(options) else options
-    return Store.connect(runtime.store_url, **options)
+    runtime = RuntimeSettings.from_env()
+    return Store.connect(runtime.store_url, **runtime.store_options())
 
 
 @dataclass

@@ -20,11 +20,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 import telemetry
+from settings import WebSettings
 
 from .body import check_json_content_type, parse_object, read_bounded
 from .edge import Context, Edge, guarded
 from .refusals import Refused
-from .settings import WebSettings
 from .signatures import verify_github, verify_standard, verify_stripe
 
 Verify = Callable[[bytes, Mapping[str, str], Sequence[str], WebSettings, int], None]

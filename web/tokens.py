@@ -1,5 +1,5 @@
 """Approval tokens with the web edge's defaults: the keys, the link's lifetime and the public
-URL from its settings (web/settings.py). The format and every rule about it are in
+URL from its settings (settings.WebSettings). The format and every rule about it are in
 approval_tokens.py, which the runtime uses with its own settings."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 import approval_tokens
 from approval_tokens import ANSWER_PURPOSE, PURPOSE, SELF, answer_token, check_token
-
-from .settings import SettingsError, WebSettings
+from settings import SettingsError, WebSettings
 
 __all__ = ["ANSWER_PURPOSE", "PURPOSE", "SELF", "answer_token", "approval_link", "check_token", "make_token"]
 

@@ -36,12 +36,12 @@ from store.approvals import channel_variable
 
 from agent import import_callable
 
-from tasks.settings import Settings
+from settings import RuntimeSettings
 
 Send = Callable[[OutgoingMessage], None]
 
 
-def load_channel(spec: str, settings: Settings) -> Send:
+def load_channel(spec: str, settings: RuntimeSettings) -> Send:
     from tasks.channels.log import JsonlChannel, LogChannel
     from tasks.channels.webhook import WebhookChannel
 
@@ -82,7 +82,7 @@ class Router:
     messages addressed to it, each loaded once. An unset name raises: the message stays
     held, the dispatch is logged and tried again on the next tick."""
 
-    def __init__(self, default: Send, settings: Settings, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, default: Send, settings: RuntimeSettings, env: Mapping[str, str] | None = None) -> None:
         self.default = default
         self.settings = settings
         self.env = os.environ if env is None else env

@@ -177,11 +177,11 @@ def test_an_operators_merged_message_links_each_request_to_its_own_inbox(monkeyp
     from store.effects import LINK_MARKER
     from tasks.approval_links import linked
 
-    from tasks.settings import Settings
+    from settings import RuntimeSettings
 
     # The dispatcher's settings, as its process reads them at its start.
-    monkeypatch.setattr("tasks.approval_links.settings", Settings.from_env(
-        {"WAKEFUL_APPROVAL_SECRET": SECRET, "WAKEFUL_PUBLIC_URL": "https://approve.example"}))
+    dispatcher = RuntimeSettings.from_env({"WAKEFUL_APPROVAL_SECRET": SECRET, "WAKEFUL_PUBLIC_URL": "https://approve.example"})
+    monkeypatch.setattr("tasks.approval_links.runtime_settings", lambda: dispatcher)
     items = tuple(OutboxItem(i, "approval", f"refund for {who}: {LINK_MARKER.format('toolu_same')}", True,
                              {"inbox": who, "request_id": "toolu_same", "approver": "inbox:ops"})
                   for i, who in ((1, "ann"), (2, "bob")))

@@ -23,7 +23,7 @@ from store import Outcome, Store
 from store.spend import DAY, Budget
 from tasks.summary import incidents, render
 from web.app import create_app
-from web.settings import WebSettings
+from settings import WebSettings
 
 DAY0 = 20_500 * DAY  # a UTC midnight
 T = DAY0 + 8 * 3600

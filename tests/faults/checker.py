@@ -91,7 +91,7 @@ def check(store: Store, *, inputs: Inputs, max_attempts: int,
           fault_log: list[dict[str, Any]] | None = None,
           sent: list[dict[str, Any]] | None = None, delivery: str = "at-least-once",
           outbox_gap: int | None = None, inboxes: set[str] | None = None,
-          outage_horizon: int = StoreSettings.outage_horizon) -> dict[str, int]:
+          outage_horizon: int = StoreSettings().outage_horizon) -> dict[str, int]:
     """All the counts for one scenario; ``inboxes`` limits them to those (default: all)."""
     with store.engine.connect() as conn:
         ev = conn.execute(select(events.c.id, events.c.inbox, events.c.source, events.c.source_id,

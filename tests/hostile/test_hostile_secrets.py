@@ -16,7 +16,7 @@ from hostile_support import stack_env
 from cli.processes import Processes, free_port, wait_for
 from store import Store
 from tasks.channels.webhook import WebhookChannel, WebhookError
-from tasks.settings import Settings
+from settings import RuntimeSettings
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
 
@@ -81,7 +81,7 @@ def test_no_process_logs_a_password_or_token(pg_url: str, private_redis: str, tm
         for proc in procs.procs:
             procs.kill(proc, signal.SIGKILL)
         store.dispose()
-    settings = Settings.from_env(env)
+    settings = RuntimeSettings.from_env(env)
     assert not any(secret in repr(settings) for secret in SECRETS)
 
 

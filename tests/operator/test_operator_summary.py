@@ -101,25 +101,25 @@ def test_summary_task_is_registered_and_scheduled_daily() -> None:
 
     import tasks
     from tasks.celeryconfig import celery_config
-    from tasks.settings import Settings, SettingsError
+    from settings import RuntimeSettings, SettingsError
 
     assert "wakeful.daily_summary" in tasks.app.tasks
-    config = celery_config(Settings.from_env({"WAKEFUL_SUMMARY_HOUR": "6",
+    config = celery_config(RuntimeSettings.from_env({"WAKEFUL_SUMMARY_HOUR": "6",
                                               "WAKEFUL_OPERATOR_INBOX": "ops"}))
     entry = config["beat_schedule"]["daily-summary"]
     assert entry["task"] == "wakeful.daily_summary"
     assert entry["schedule"] == crontab(minute=0, hour=6)
     assert entry["options"]["queue"] == "wakeful.control"
     with pytest.raises(SettingsError, match="WAKEFUL_SUMMARY_HOUR"):
-        Settings.from_env({"WAKEFUL_SUMMARY_HOUR": "24"})
+        RuntimeSettings.from_env({"WAKEFUL_SUMMARY_HOUR": "24"})
 
 
 def test_flower_shows_each_runs_inbox_and_summary() -> None:
     """Flower 2.2 hides args and results by default; `wakeful flower` shows them."""
     from cli.flower import flower_command
-    from tasks.settings import Settings
+    from settings import RuntimeSettings
 
-    s = Settings.from_env({"WAKEFUL_FLOWER_BASIC_AUTH": "operator:long-enough",
+    s = RuntimeSettings.from_env({"WAKEFUL_FLOWER_BASIC_AUTH": "operator:long-enough",
                            "WAKEFUL_BROKER_URL": "redis://127.0.0.1:6379/0"})
     _, env = flower_command(s, {})
     columns = env["FLOWER_TASKS_COLUMNS"].split(",")

@@ -236,7 +236,7 @@ def test_web_metrics_count_the_proxys_refusals_by_route_and_outcome(stack: Stack
 
     from cli.processes import free_port
     from web.app import create_app
-    from web.settings import WebSettings
+    from settings import WebSettings
 
     stack.get("/shop/admin", stack.grant("px-metrics", ["shop"]))
     stack.get("/shop/orders/1")

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from proxy.app import target_of
 from proxy.routes import Rule, RoutesError, parse
 from proxy.scrub import REDACTED, Scrubber, Secrets
-from proxy.settings import ProxySettings, SettingsError
+from settings import ProxySettings, SettingsError
 
 SECRETS = ["sk-ant-api03-AbC/def+123456789", "shop-token-0123456789abcdef"]
 COMPILED = Secrets.of(SECRETS)  # as the proxy does: once (tens of ms), not per response

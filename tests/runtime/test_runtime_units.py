@@ -18,11 +18,11 @@ from tasks.celeryconfig import celery_config
 from tasks.channels import load_channel
 from tasks.channels.log import JsonlChannel
 from tasks.channels.webhook import WebhookChannel, WebhookError
-from tasks.settings import Settings, SettingsError
+from settings import RuntimeSettings, SettingsError
 
 
 def test_nothing_set_means_everything_embedded_under_var() -> None:
-    s = Settings.from_env({})
+    s = RuntimeSettings.from_env({})
     assert s.store_url == f"sqlite:///{Path('var/wakeful.sqlite3').resolve()}"
     assert s.broker.startswith("sqla+sqlite:///") and s.embedded_broker
     assert s.results.startswith("db+sqlite:///")
@@ -30,7 +30,7 @@ def test_nothing_set_means_everything_embedded_under_var() -> None:
 
 
 def test_settings_come_from_the_environment_and_bad_values_name_the_variable() -> None:
-    s = Settings.from_env({"WAKEFUL_LEASE_TTL": "7", "WAKEFUL_SCAN_INTERVAL": "0.25",
+    s = RuntimeSettings.from_env({"WAKEFUL_LEASE_TTL": "7", "WAKEFUL_SCAN_INTERVAL": "0.25",
                            "WAKEFUL_BROKER_URL": "redis://:hunter22@redis:6379/0",
                            "WAKEFUL_TASK_EVENTS": "off"})
     assert (s.lease_ttl, s.scan_interval, s.task_events) == (7, 0.25, False)
@@ -38,16 +38,16 @@ def test_settings_come_from_the_environment_and_bad_values_name_the_variable() -
     assert s.results == "redis://:hunter22@redis:6379/0"
     assert "hunter22" not in repr(s)
     with pytest.raises(SettingsError, match="WAKEFUL_MAX_ATTEMPTS"):
-        Settings.from_env({"WAKEFUL_MAX_ATTEMPTS": "three"})
+        RuntimeSettings.from_env({"WAKEFUL_MAX_ATTEMPTS": "three"})
     with pytest.raises(SettingsError, match="WAKEFUL_LEASE_TTL"):
-        Settings.from_env({"WAKEFUL_LEASE_TTL": "0"})
-    assert Settings.from_env({"WAKEFUL_OUTBOX_GAP": "0"}).store_options()["outbox_gap"] == 0  # no pacing
-    with pytest.raises(SettingsError, match="WAKEFUL_OUTBOX_GAP must be 0"):
-        Settings.from_env({"WAKEFUL_OUTBOX_GAP": "-5"})
+        RuntimeSettings.from_env({"WAKEFUL_LEASE_TTL": "0"})
+    assert RuntimeSettings.from_env({"WAKEFUL_OUTBOX_GAP": "0"}).store_options()["outbox_gap"] == 0  # no pacing
+    with pytest.raises(SettingsError, match="WAKEFUL_OUTBOX_GAP must be a whole number >= 0"):
+        RuntimeSettings.from_env({"WAKEFUL_OUTBOX_GAP": "-5"})
 
 
 def test_celery_config_is_a_doorbell_broker_config() -> None:
-    s = Settings.from_env({"WAKEFUL_BROKER_URL": "redis://127.0.0.1:6379/0",
+    s = RuntimeSettings.from_env({"WAKEFUL_BROKER_URL": "redis://127.0.0.1:6379/0",
                            "WAKEFUL_RUN_TIME_LIMIT": "900"})
     c = celery_config(s)
     assert c["accept_content"] == ["json"] and c["task_serializer"] == "json"
@@ -66,7 +66,7 @@ def test_celery_config_is_a_doorbell_broker_config() -> None:
 
 
 def test_embedded_config_has_no_fanout_features() -> None:
-    c = celery_config(Settings.from_env({}))
+    c = celery_config(RuntimeSettings.from_env({}))
     assert c["worker_enable_remote_control"] is False
     assert c["worker_send_task_events"] is False
     assert "polling_interval" not in c["broker_transport_options"]  # it crashes create_engine
@@ -131,7 +131,7 @@ def test_webhook_channel_gives_up_on_a_refusal_and_after_its_attempts(hook) -> N
 
 
 def test_channels_are_chosen_by_configuration(tmp_path: Path) -> None:
-    s = Settings.from_env({})
+    s = RuntimeSettings.from_env({})
     assert type(load_channel("log", s)).__name__ == "LogChannel"
     assert isinstance(load_channel("https://example.invalid/hook", s), WebhookChannel)
     jsonl = load_channel(f"jsonl:{tmp_path / 'out.jsonl'}", s)
@@ -168,7 +168,7 @@ def test_ring_never_raises_when_the_broker_is_down(tmp_path: Path) -> None:
 def test_importing_settings_and_doorbell_connects_to_nothing(tmp_path: Path) -> None:
     env = {**base_env(tmp_path), "WAKEFUL_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/x",
            "WAKEFUL_BROKER_URL": "redis://127.0.0.1:1/0"}
-    code = "import tasks.settings, tasks.doorbell, tasks; tasks.app; print('ok')"
+    code = "import settings, tasks.doorbell, tasks; tasks.app; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -22,7 +22,7 @@ from databases import create_pg_database, drop_pg_database, service_missing
 
 from store import Store
 from web.app import create_app
-from web.settings import WebSettings
+from settings import WebSettings
 from web_support import Client, web_settings
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from web.settings import SettingsError, WebSettings, listen_address
+from settings import SettingsError, WebSettings
 
 
 def test_defaults_refuse_everything_unsigned() -> None:
@@ -45,6 +45,6 @@ def test_bad_numbers(value: str) -> None:
 
 
 def test_listen_address() -> None:
-    assert listen_address({}) == ("127.0.0.1", 8000)
-    assert listen_address({"PORT": "9000"}) == ("127.0.0.1", 9000)
-    assert listen_address({"WAKEFUL_WEB_HOST": "0.0.0.0", "WAKEFUL_WEB_PORT": "8080", "PORT": "1"}) == ("0.0.0.0", 8080)
+    assert WebSettings.from_env({}).listen == ("127.0.0.1", 8000)
+    assert WebSettings.from_env({"PORT": "9000"}).listen == ("127.0.0.1", 9000)
+    assert WebSettings.from_env({"WAKEFUL_WEB_HOST": "0.0.0.0", "WAKEFUL_WEB_PORT": "8080", "PORT": "1"}).listen == ("0.0.0.0", 8080)

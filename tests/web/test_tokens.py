@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from web.settings import SettingsError, WebSettings
+from settings import SettingsError, WebSettings
 from web.tokens import answer_token, approval_link, check_token, make_token
 
 KEY = "k" * 32
