@@ -21,11 +21,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Integer, Select, bindparam, exists, literal_column, select, true
 
-from . import leases, plans, runlog, runs
+from . import leases, plans, rules, runlog, runs
 from .db import NOW, dialect_insert
 from .records import RunStart
 from .settings import StoreSettings
-from .tables import events, inboxes, memory, status_is
+from .tables import events, inboxes, memory
 from .tables import runs as runs_log
 
 CANDIDATES = 32  # oldest ready events looked at per take: a dense worker has tens of takers racing
@@ -45,12 +45,9 @@ def _literal(n: int) -> Any:
     return literal_column(str(int(n)), Integer())
 
 
-_live_lease = exists().where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= _now)
-
-
 def _ready(skipping: bool) -> Select:
     """The oldest ready events of inboxes with no live lease (and not in ``p_skip``)."""
-    where = [status_is("pending"), events.c.not_before <= _now, ~_live_lease]
+    where = [rules.due(events, _now), ~rules.leased(events, _now)]
     if skipping:
         where.append(events.c.inbox.not_in(bindparam("p_skip", expanding=True)))
     return select(events.c.inbox, events.c.id).where(*where).order_by(events.c.id).limit(_literal(CANDIDATES))
@@ -65,7 +62,7 @@ def _take(skipping: bool) -> Select:
         select(inboxes.c.inbox, inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until,
                NOW.label("now"), exists().where(memory.c.inbox == inboxes.c.inbox).label("has_memory"))
         .join_from(inboxes, ready, inboxes.c.inbox == ready.c.inbox)
-        .where(inboxes.c.lease_until < _now)
+        .where(~rules.lease_live(inboxes.c.lease_until, _now))
         .order_by(ready.c.id)
         .limit(_literal(1))
         .with_for_update(of=inboxes, skip_locked=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Integer, Text, Update, and_, bindparam, case, exists, or_, select, union_all, update
 
-from . import leases, plans
+from . import leases, plans, rules
 from .inbox import EVENT_COLUMNS, to_event
 from .records import Event
 from .settings import StoreSettings
@@ -58,24 +58,14 @@ def _claim(conn: Connection, statement: Update, s: StoreSettings, inbox: str, ge
     return sorted(batch, key=lambda e: e.id)  # RETURNING order is arbitrary
 
 
-def _rules(e, gen, now):  # type: ignore[no-untyped-def]
-    """The claim's row predicates over ``e`` (the events table or an alias of it)."""
-    stale = and_(status_is("running", of=e), e.c.claim_gen < gen)
-    due = and_(status_is("pending", of=e), e.c.not_before <= now)
-    at_cap = e.c.attempts >= bindparam("p_max")
-    buried = and_(at_cap, or_(status_is("pending", of=e), stale))
-    ready = and_(or_(due, stale), ~at_cap)
-    return stale, buried, ready
-
-
 def _claim_statement() -> Update:
     # Typed, so the statement can also be compiled into a function (store/plans.py).
     inbox = bindparam("p_inbox", type_=events.c.inbox.type)
     gen, now = bindparam("p_gen", type_=BigInteger()), bindparam("p_now", type_=BigInteger())
     # The batch is chosen from an alias, so no subquery correlates with the row being updated.
     c = events.alias("candidate")
-    _, _, ready = _rules(c, gen, now)
-    ready = and_(c.c.inbox == inbox, ready)
+    cap = bindparam("p_max")
+    ready = and_(c.c.inbox == inbox, rules.ready(c, gen, now, cap))
     tried = and_(ready, c.c.attempts > 0)
     retry = select(c.c.id).where(tried).order_by(c.c.id).limit(1).subquery("retry")
     fresh = (select(c.c.id).where(ready, c.c.attempts == 0, ~exists().where(tried))
@@ -85,7 +75,7 @@ def _claim_statement() -> Update:
     # caches a query's conversion, and re-parsing it cost ~1 ms of CPU on every wake.
     picked = union_all(select(retry.c.id), select(fresh.c.id)).cte("picked")
     # Over the row being updated, as it was before this statement.
-    stale, buried, _ = _rules(events, gen, now)
+    stale, buried = rules.stale(events, gen), rules.buried(events, gen, cap)
     chosen = events.c.id.in_(select(picked.c.id))
     return (
         update(events)

@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, insert, literal_column, select
 
-from . import leases, validate
+from . import leases, rules, validate
 from .db import clock, clock_expr
 from .tables import INBOX_MAX, SOURCE_ID_MAX, audit, effects, grants, inboxes
 
@@ -202,7 +202,7 @@ def check(conn: Connection, token: str | None, route: str, now: int | None) -> G
         return GrantCheck(403, "route_not_granted", **who)
     if row.tool_use_id is None:
         held = (row.lease_generation == row.generation and row.holder is not None
-                and row.lease_until is not None and row.lease_until >= row.now)
+                and row.lease_until is not None and rules.lease_live(row.lease_until, row.now))
         return GrantCheck(200, "ok", **who) if held else GrantCheck(403, "fenced", **who)
     if row.lease_generation is None or row.generation > row.lease_generation:
         return GrantCheck(403, "forged", **who)

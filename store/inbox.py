@@ -9,12 +9,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Connection, Insert, and_, bindparam, delete, func, select, update
+from sqlalchemy import Connection, Insert, bindparam, delete, func, select, update
 
-from . import leases, validate
+from . import leases, rules, validate
 from .db import NOW, clock_expr, dialect_insert, insert
 from .records import Event, Rejection
-from .tables import events, inboxes, rejected, status_is
+from .tables import events, rejected, status_is
 
 EVENT_COLUMNS = (
     events.c.id,
@@ -156,11 +156,9 @@ def sweep_candidates(conn: Connection, now: int, limit: int) -> list[str]:
     """Inboxes with work and no live lease: pending events past their backoff, or events
     left running by a worker whose lease lapsed. These are the inboxes whose doorbell was
     lost, duplicated away or never rung."""
-    live_lease = select(inboxes.c.inbox).where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= now)
-    ready = and_(status_is("pending"), events.c.not_before <= now)
     query = (
         select(events.c.inbox)
-        .where(ready | (status_is("running")), ~live_lease.exists())
+        .where(rules.unattended(events, now), ~rules.leased(events, now))
         .group_by(events.c.inbox)
         .order_by(func.min(events.c.id))
         .limit(limit)

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, case, delete, func, select, update
 from . import approvals as approval_rules
 from . import counters as counter_rules
 from . import grants as grant_rules
+from . import rules
 from . import spend as spend_rules
 from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
@@ -42,7 +43,7 @@ def status(conn: Connection, inbox: str, now: int) -> InboxStatus:
     ).scalar_one()
     outage = conn.execute(select(func.count(), func.min(events.c.outage_since)).where(
         events.c.inbox == inbox, status_is("pending"), events.c.outage_since.is_not(None))).one()
-    live = lease is not None and lease.holder is not None and lease.lease_until >= now
+    live = lease is not None and lease.holder is not None and rules.lease_live(lease.lease_until, now)
     return InboxStatus(
         inbox=inbox,
         holder=lease.holder if live else None,
