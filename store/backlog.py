@@ -76,16 +76,16 @@ def _log_resign_and_take() -> Select:
     the claim that follows (``take_and_claim``) is a statement of its own, after the lock,
     as on every other path. One row: ``kept_by`` (the resign's holder column: NULL when it
     resigned), then ``_TAKE``'s columns (NULL when it took nothing)."""
-    resign = leases.RESIGN_OR_EXTEND.cte("resign")
+    resign = leases.RESIGN_OR_EXTEND.statement.cte("resign")
     take = _take(skipping=False).where(select(resign.c.holder).scalar_subquery().is_(None)).cte("take")
     return (select(resign.c.holder.label("kept_by"), *take.c).select_from(resign.outerjoin(take, true()))
             .add_cte(runlog.LOG_RUN.returning(runs_log.c.id).cte("run_log")))
 
 
 _READY = _ready(skipping=True)
-_TAKE = plans.cached(_take(skipping=False))  # a task's usual take: nothing to skip
+_TAKE = plans.cached("take", _take(skipping=False))  # a task's usual take: nothing to skip
 _TAKE_SKIPPING = _take(skipping=True)  # after the task handed an inbox back
-LOG_RESIGN_AND_TAKE = plans.cached(_log_resign_and_take())
+LOG_RESIGN_AND_TAKE = plans.cached("log_resign_and_take", _log_resign_and_take())
 
 
 def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[str],

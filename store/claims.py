@@ -46,7 +46,7 @@ def take_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, 
                   {"p_holder": holder, "p_until": now + s.lease_ttl, "p_took_over": int(took_over)})
 
 
-def _claim(conn: Connection, statement: Update, s: StoreSettings, inbox: str, generation: int,
+def _claim(conn: Connection, statement: plans.Cached, s: StoreSettings, inbox: str, generation: int,
            now: int, params: dict[str, Any]) -> list[Event]:
     rows = plans.execute(conn, statement, {
         **params, "p_inbox": inbox, "p_gen": generation, "p_now": now, "p_limit": s.batch_limit,
@@ -108,5 +108,6 @@ def held(conn: Connection, inbox: str, generation: int) -> list[Event]:
     return [to_event(r) for r in conn.execute(_HELD, {"p_inbox": inbox, "p_gen": generation})]
 
 
-CLAIM = plans.cached(_claim_statement())  # built once: see store.db.NOW
-TAKE_AND_CLAIM = plans.cached(CLAIM.add_cte(leases.TAKE.returning(inboxes.c.inbox).cte("take_lease")))
+CLAIM = plans.cached("claim", _claim_statement())  # built once: see store.db.NOW
+TAKE_AND_CLAIM = plans.cached("take_and_claim",
+                              CLAIM.statement.add_cte(leases.TAKE.returning(inboxes.c.inbox).cte("take_lease")))

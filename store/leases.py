@@ -10,7 +10,6 @@ clock alone.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 from sqlalchemy import BigInteger, Connection, Insert, Row, Update, and_, bindparam, case, exists, select, tuple_, update
@@ -22,6 +21,7 @@ from .tables import events, inboxes, memory
 
 
 LOCK = plans.cached(
+    "lock",
     select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
            NOW.label("now"))
     .where(inboxes.c.inbox == bindparam("p_inbox"))
@@ -39,7 +39,6 @@ def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
     return plans.execute(conn, LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
 
 
-@functools.cache
 def _lock_or_create(dialect: str) -> Insert:
     # ON CONFLICT DO UPDATE locks an existing row as FOR UPDATE would (and waits for it the
     # same way); the no-op SET is what makes it return the row.
@@ -54,12 +53,13 @@ def _lock_or_create(dialect: str) -> Insert:
     )
 
 
-plans.cached(_lock_or_create("postgresql"))
+LOCK_OR_CREATE = {"postgresql": plans.cached("lock_or_create", _lock_or_create("postgresql")),
+                  "sqlite": _lock_or_create("sqlite")}
 
 
 def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
     """``lock``, creating the row first for an inbox never woken before: one statement."""
-    return plans.execute(conn, _lock_or_create(conn.dialect.name), {"p_inbox": inbox, "p_now": now}).one()
+    return plans.execute(conn, LOCK_OR_CREATE[conn.dialect.name], {"p_inbox": inbox, "p_now": now}).one()
 
 
 class Acquired(NamedTuple):
@@ -165,7 +165,7 @@ def resign(conn: Connection, inbox: str) -> None:
 
 
 def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
-                   statement: Update | None = None, params: dict[str, Any] | None = None) -> Any:
+                   statement: plans.Cached | None = None, params: dict[str, Any] | None = None) -> Any:
     """For the holder, under the inbox lock: resign if nothing is claimable now, else extend
     the lease for the claim that follows. One statement either way; its row, whose first
     column is the holder it left (None: it resigned). (Claimable work cannot vanish before
@@ -200,4 +200,4 @@ def _resign_or_extend() -> Update:
     )
 
 
-RESIGN_OR_EXTEND = plans.cached(_resign_or_extend())
+RESIGN_OR_EXTEND = plans.cached("resign_or_extend", _resign_or_extend())

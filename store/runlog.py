@@ -15,7 +15,8 @@ LOG_RUN = runs.insert().values(
     event_ids=bindparam("p_event_ids"), error=bindparam("p_error"))
 
 # On PostgreSQL the run's log row rides in the statement that resigns or extends the lease.
-LOG_AND_RESIGN_OR_EXTEND = plans.cached(leases.RESIGN_OR_EXTEND.add_cte(LOG_RUN.returning(runs.c.id).cte("run_log")))
+LOG_AND_RESIGN_OR_EXTEND = plans.cached(
+    "log_and_resign_or_extend", leases.RESIGN_OR_EXTEND.statement.add_cte(LOG_RUN.returning(runs.c.id).cte("run_log")))
 
 
 def entry(inbox: str, generation: int, holder: str, started: int, now: int, event_ids: list[int],

@@ -151,7 +151,7 @@ def _done(mine: Any, finished: Any) -> Update:  # type: ignore[no-untyped-def]
 
 
 _DONE = {"sqlite": _done(_MINE, bindparam("p_now", type_=BigInteger())),
-         "postgresql": plans.cached(_done(_MINE_PG, bindparam("p_now", type_=BigInteger())))}
+         "postgresql": plans.cached("done", _done(_MINE_PG, bindparam("p_now", type_=BigInteger())))}
 
 
 def _hold_and_done() -> Select:
@@ -164,14 +164,14 @@ def _hold_and_done() -> Select:
     is as safe as a separate lock first: while the lease is this generation's, only this
     holder writes its claimed rows, and a row changed meanwhile is re-checked on its newest
     version anyway (READ COMMITTED's update recheck)."""
-    lease = leases.LOCK.cte("lease")
+    lease = leases.LOCK.statement.cte("lease")
     done = _done(and_(_MINE_PG, exists().where(rules.held_by(lease.c, bindparam("p_holder"), bindparam("p_gen")))),
                  select(lease.c.now).scalar_subquery()).cte("done")
     return (select(lease.c.holder, lease.c.generation, lease.c.lease_until, lease.c.now, done.c.id, done.c.claimed_at)
             .select_from(lease.outerjoin(done, true())))
 
 
-_HOLD_AND_DONE = plans.cached(_hold_and_done())
+_HOLD_AND_DONE = plans.cached("hold_and_done", _hold_and_done())
 
 
 def mark_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,

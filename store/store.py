@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, plans, runlog, runs, timers, validate
+from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, runlog, runs, timers, validate
 from . import counters as counter_rules
 from . import grants as grant_rules
 from . import hook_secrets as hook_secret_rules
@@ -69,12 +69,14 @@ class Store:
 
     def migrate(self) -> None:
         """Alembic upgrade to head (also ``wakeful db upgrade``)."""
-        from .migrate import upgrade
+        from .migrate import create_plan_functions, plan_functions, upgrade
 
         upgrade(self.engine)
         if is_postgres(self.engine):
+            # The head's plan functions (store/plans.py) again, as the migrations wrote them:
+            # one dropped by hand is back after ``wakeful init``.
             with self._transaction() as conn:
-                plans.install(conn)  # the hot statements' plan-cached functions (store/plans.py)
+                create_plan_functions(conn, plan_functions())
 
     def dispose(self) -> None:
         self.engine.dispose()
