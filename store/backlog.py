@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, Select, bindparam, exists, literal_column, select, true
 
 from . import leases, plans, rules, runlog, runs
-from .db import NOW, dialect_insert
+from .db import NOW, insert
 from .records import RunStart
 from .settings import StoreSettings
 from .tables import events, inboxes, memory
@@ -126,5 +126,5 @@ def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[st
 
 def _make_rows(conn: Connection, names: list[str]) -> None:
     """Rows for ready inboxes never woken before, so they can be locked."""
-    new_rows = dialect_insert(conn.dialect.name, inboxes).on_conflict_do_nothing(index_elements=["inbox"])
+    new_rows = insert(conn, inboxes).on_conflict_do_nothing(index_elements=["inbox"])
     conn.execute(new_rows, [{"inbox": name} for name in names])

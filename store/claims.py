@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, Integer, Text, Update, and_, bindparam, case, exists, or_, select, union_all, update
 
 from . import leases, plans, rules
+from .dialects import Dialect
 from .inbox import EVENT_COLUMNS, to_event
 from .records import Event
 from .settings import StoreSettings
@@ -39,7 +40,7 @@ def take_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, 
     lease write rides in the claim's statement, as a data-modifying CTE: one round trip less
     on every wake. The inbox row is already locked, so the claim's snapshot, taken when that
     statement starts, sees every event committed before the lock was granted."""
-    if conn.dialect.name != "postgresql":  # SQLite has no data-modifying CTEs
+    if not Dialect.of(conn).writes_in_ctes:
         leases.take(conn, s, inbox, now, holder, generation, took_over)
         return claim_batch(conn, s, inbox, generation, now)
     return _claim(conn, TAKE_AND_CLAIM, s, inbox, generation, now,

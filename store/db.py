@@ -41,16 +41,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from .dialects import Dialect
+
 SQLITE_BUSY_TIMEOUT_MS = 10_000
-
-_PG_NOW = "floor(extract(epoch FROM clock_timestamp()))::bigint"
-_SQLITE_NOW = "CAST(strftime('%s', 'now') AS INTEGER)"
-
 
 IDLE_IN_TRANSACTION_MS = 15_000  # no store transaction idles for even a second on purpose
 
@@ -145,10 +141,6 @@ def lock_timed_out(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) == "55P03"
 
 
-def is_postgres(engine_or_conn: Engine | Connection) -> bool:
-    return engine_or_conn.dialect.name == "postgresql"
-
-
 @contextmanager
 def transaction(engine: Engine) -> Iterator[Connection]:
     """One short transaction: COMMIT on success, ROLLBACK on any error."""
@@ -164,14 +156,9 @@ class DbClock(FunctionElement[int]):
     inherit_cache = True
 
 
-@compiles(DbClock, "postgresql")
-def _pg_clock(element: DbClock, compiler: Any, **kw: Any) -> str:
-    return _PG_NOW
-
-
-@compiles(DbClock, "sqlite")
-def _sqlite_clock(element: DbClock, compiler: Any, **kw: Any) -> str:
-    return _SQLITE_NOW
+@compiles(DbClock)
+def _clock_sql(element: DbClock, compiler: Any, **kw: Any) -> str:
+    return Dialect.named(compiler.dialect.name).clock_sql
 
 
 # For statements built once, at import (the hot path: building a statement costs more
@@ -195,11 +182,7 @@ def clock_expr(now: int | None) -> ColumnElement[int]:
 
 def insert(conn: Connection, table: Table) -> Insert:
     """The dialect's INSERT, which knows ``ON CONFLICT`` (both engines speak it)."""
-    return dialect_insert(conn.dialect.name, table)
-
-
-def dialect_insert(dialect: str, table: Table) -> Insert:
-    return (pg_insert if dialect == "postgresql" else sqlite_insert)(table)
+    return Dialect.of(conn).insert(table)
 
 
 def upsert(conn: Connection, table: Table, values: dict[str, Any], conflict_on: list[str]) -> None:

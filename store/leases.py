@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import BigInteger, Connection, Insert, Row, Update, and_, bindparam, case, exists, select, tuple_, update
 
 from . import plans, rules
-from .db import NOW, dialect_insert
+from .db import NOW
+from .dialects import Dialect, for_, per_dialect
 from .settings import StoreSettings
 from .tables import events, inboxes, memory
 
@@ -39,10 +40,10 @@ def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
     return plans.execute(conn, LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
 
 
-def _lock_or_create(dialect: str) -> Insert:
+def _lock_or_create(dialect: Dialect) -> Insert:
     # ON CONFLICT DO UPDATE locks an existing row as FOR UPDATE would (and waits for it the
     # same way); the no-op SET is what makes it return the row.
-    stmt = dialect_insert(dialect, inboxes).values(inbox=bindparam("p_inbox"))
+    stmt = dialect.insert(inboxes).values(inbox=bindparam("p_inbox"))
     return (
         stmt.on_conflict_do_update(index_elements=["inbox"], set_={"inbox": stmt.excluded.inbox})
         .returning(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
@@ -53,13 +54,13 @@ def _lock_or_create(dialect: str) -> Insert:
     )
 
 
-LOCK_OR_CREATE = {"postgresql": plans.cached("lock_or_create", _lock_or_create("postgresql")),
-                  "sqlite": _lock_or_create("sqlite")}
+LOCK_OR_CREATE = per_dialect(lambda d: plans.cached("lock_or_create", _lock_or_create(d)) if d.plan_functions
+                             else _lock_or_create(d))
 
 
 def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
     """``lock``, creating the row first for an inbox never woken before: one statement."""
-    return plans.execute(conn, LOCK_OR_CREATE[conn.dialect.name], {"p_inbox": inbox, "p_now": now}).one()
+    return plans.execute(conn, for_(LOCK_OR_CREATE, conn), {"p_inbox": inbox, "p_now": now}).one()
 
 
 class Acquired(NamedTuple):

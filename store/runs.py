@@ -25,6 +25,7 @@ from sqlalchemy import BigInteger, Connection, Select, Update, and_, any_, bindp
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from . import claims, counters, leases, memory, outcomes, plans, retries, rules, runlog, validate
+from .dialects import Dialect, for_, per_dialect
 from .records import Event, Outcome, RunStart, RunStep
 from .settings import StoreSettings
 from .tables import events, status_is
@@ -105,7 +106,7 @@ def _fence_and_mark(conn: Connection, s: StoreSettings, inbox: str, holder: str,
     log's row). On PostgreSQL a successful run's lock, lease check and done-marking are one
     statement (``_HOLD_AND_DONE``): one round trip less on every wake."""
     ids = sorted(set(event_ids))
-    if error is None and ids and conn.dialect.name == "postgresql":
+    if error is None and ids and Dialect.of(conn).writes_in_ctes:
         rows = plans.execute(conn, _HOLD_AND_DONE, {
             "p_ids": ids, "p_inbox": inbox, "p_holder": holder, "p_gen": generation, "p_now": now}).all()
         if not rows or not rules.is_held(rows[0], holder, generation):
@@ -126,7 +127,7 @@ def _log_and_resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now:
     """Write the run's log row (if any) and ``leases.resign_if_idle``: on PostgreSQL, one
     statement (``statement``, a data-modifying CTE), one round trip less on every wake.
     (resigned, that statement's row, or None where it was not the one sent)."""
-    if log is not None and conn.dialect.name == "postgresql":
+    if log is not None and Dialect.of(conn).writes_in_ctes:
         row = leases.resign_if_idle(conn, s, inbox, now, statement, log)
         return row[0] is None, row
     if log is not None:
@@ -150,8 +151,8 @@ def _done(mine: Any, finished: Any) -> Update:  # type: ignore[no-untyped-def]
             .returning(events.c.id, events.c.claimed_at))
 
 
-_DONE = {"sqlite": _done(_MINE, bindparam("p_now", type_=BigInteger())),
-         "postgresql": plans.cached("done", _done(_MINE_PG, bindparam("p_now", type_=BigInteger())))}
+_DONE = per_dialect(lambda d: plans.cached("done", _done(_MINE_PG, bindparam("p_now", type_=BigInteger())))
+                   if d.plan_functions else _done(_MINE, bindparam("p_now", type_=BigInteger())))
 
 
 def _hold_and_done() -> Select:
@@ -189,7 +190,7 @@ def mark_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, gen
     if ids:
         mine = {"p_ids": ids, "p_inbox": inbox, "p_gen": generation, "p_now": now}
         if error is None:
-            rows = plans.execute(conn, _DONE[conn.dialect.name], mine).all()
+            rows = plans.execute(conn, for_(_DONE, conn), mine).all()
         else:
             values = (retries.failed_values(s, error, now) if retry_after is None
                       else retries.waited_values(s, error, retry_after, now))

@@ -24,7 +24,8 @@ from . import hook_secrets as hook_secret_rules
 from . import memory as memory_rules
 from . import spend as spend_rules
 from . import errors
-from .db import clock, create, is_postgres, lock_timed_out, transaction
+from .db import clock, create, lock_timed_out, transaction
+from .dialects import Dialect
 from .records import (
     Approval,
     Event,
@@ -72,7 +73,7 @@ class Store:
         from .migrate import create_plan_functions, plan_functions, upgrade
 
         upgrade(self.engine)
-        if is_postgres(self.engine):
+        if Dialect.of(self.engine).plan_functions:
             # The head's plan functions (store/plans.py) again, as the migrations wrote them:
             # one dropped by hand is back after ``wakeful init``.
             with self._transaction() as conn:
@@ -146,7 +147,7 @@ class Store:
         in autocommit: the statement commits itself, one round trip instead of three (BEGIN,
         the statement, COMMIT), and as durable. Elsewhere, and on a pinned connection, it is
         an ordinary transaction."""
-        if self.engine.dialect.name != "postgresql" or getattr(self._pinned, "conn", None) is not None:
+        if not Dialect.of(self.engine).autocommit_statements or getattr(self._pinned, "conn", None) is not None:
             with self._transaction() as conn:
                 yield conn
             return
