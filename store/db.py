@@ -45,6 +45,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from .dialects import Dialect
+from .records import InvalidCall
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -73,7 +74,7 @@ def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout:
     statements are off (PgBouncer 1.18 keeps none across transactions).
     """
     if pooler not in POOLERS:
-        raise ValueError(f"pooler must be one of {POOLERS}, got {pooler!r}")
+        raise InvalidCall(f"pooler must be one of {POOLERS}, got {pooler!r}")
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, parsed.database)
@@ -110,7 +111,7 @@ def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout:
                     conn.exec_driver_sql(begin)
 
         return engine
-    raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: "
+    raise InvalidCall(f"unsupported database URL {parsed.render_as_string()!r}: "
                      "use sqlite:///path or postgresql+psycopg://...")
 
 

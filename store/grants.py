@@ -36,6 +36,7 @@ from sqlalchemy import Connection, and_, delete, func, insert, literal_column, s
 
 from . import leases, rules, validate
 from .db import clock, clock_expr
+from .records import InvalidCall
 from .tables import INBOX_MAX, SOURCE_ID_MAX, audit, effects, grants, inboxes
 
 TOKEN_PREFIX = "wkg_"  # recognisable in a leak report; the rest is 256 random bits
@@ -128,14 +129,14 @@ def check_mint_input(inbox: str, holder: str, generation: Any, routes: Any, ttl:
     validate.name("holder", holder, 255)
     for field, value in (("generation", generation), ("ttl", ttl)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{field} must be a positive whole number, got {value!r}")
+            raise InvalidCall(f"{field} must be a positive whole number, got {value!r}")
     if isinstance(routes, str | bytes) or not isinstance(routes, list | tuple | set | frozenset) or not routes:
-        raise ValueError("routes must be a non-empty list of route names")
+        raise InvalidCall("routes must be a non-empty list of route names")
     names = sorted({validate.name("route", r, ROUTE_MAX) for r in routes})
     if tool_use_id is not None:
         validate.name("tool_use_id", tool_use_id, SOURCE_ID_MAX)
     if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool) or attempt <= 0):
-        raise ValueError(f"attempt must be a positive whole number, got {attempt!r}")
+        raise InvalidCall(f"attempt must be a positive whole number, got {attempt!r}")
     return names
 
 
@@ -220,7 +221,7 @@ def record(conn: Connection, check_: GrantCheck, route: str, method: str, path: 
     ``outcome`` None: the grant check's own (a refusal's reason, or "ok")."""
     outcome = outcome or check_.outcome
     if outcome not in OUTCOMES:
-        raise ValueError(f"unknown audit outcome {outcome!r}")
+        raise InvalidCall(f"unknown audit outcome {outcome!r}")
     route = _storable(route, ROUTE_MAX)
     conn.execute(insert(audit).values(
         at=clock_expr(now), inbox=check_.inbox, generation=check_.generation,

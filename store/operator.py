@@ -18,7 +18,7 @@ from . import rules
 from . import spend as spend_rules
 from .db import clock, transaction
 from .inbox import EVENT_COLUMNS, to_event
-from .records import InboxStatus, Outage, RunRecord
+from .records import InboxStatus, InvalidCall, Outage, RunRecord
 from .settings import StoreSettings
 from .tables import approvals, audit, events, grants, inboxes, outbox, rejected, runs, status_is, timers
 
@@ -147,7 +147,7 @@ def run_log(conn: Connection, inbox: str, limit: int) -> list[RunRecord]:
 def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) -> dict[str, int]:
     """Retention, in short batches. Returns how many rows each step touched."""
     if not isinstance(older_than, int) or older_than < 0:
-        raise ValueError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
+        raise InvalidCall(f"older_than must be a non-negative number of seconds, got {older_than!r}")
     with transaction(engine) as conn:
         now = clock(conn, now)
     cutoff = now - older_than

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import bindparam
 
 from . import leases, plans
+from .records import RunEnd
 from .tables import runs
 
 LOG_RUN = runs.insert().values(
@@ -23,7 +24,7 @@ def entry(inbox: str, generation: int, holder: str, started: int, now: int, even
           error: str | None, waiting: bool = False) -> dict[str, Any]:
     """The parameters of ``LOG_RUN`` for one finish (outcome ``done``, ``error``, or
     ``waiting``: the agent said "try later")."""
-    outcome = "done" if error is None else "waiting" if waiting else "error"
+    outcome = RunEnd.DONE if error is None else RunEnd.WAITING if waiting else RunEnd.ERROR
     return {"p_inbox": inbox, "p_gen": generation, "p_holder": holder, "p_started": started,
-            "p_now": now, "p_outcome": outcome,
+            "p_now": now, "p_outcome": str(outcome),
             "p_event_ids": event_ids, "p_error": error}

@@ -31,6 +31,7 @@ from .records import (
     Event,
     Fired,
     InboxStatus,
+    InvalidCall,
     InvalidEvent,
     Outcome,
     OutboxRow,
@@ -552,5 +553,5 @@ def _failure(error: str | None, retry_after: int | None) -> str | None:
     if retry_after is None:
         return error
     if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
-        raise ValueError(f"retry_after must be a whole number of seconds >= 0, got {retry_after!r}")
+        raise InvalidCall(f"retry_after must be a whole number of seconds >= 0, got {retry_after!r}")
     return error or "try later"
