@@ -19,9 +19,9 @@ statement that locks the inbox row (see ``leases.lock``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from typing import Any
 
@@ -140,6 +140,11 @@ def _sqlite_engine(url: str, path: str | None) -> Engine:
 def lock_timed_out(exc: BaseException) -> bool:
     """A PostgreSQL statement gave up waiting for a row lock (SQLSTATE 55P03)."""
     return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) == "55P03"
+
+
+# Opens one short transaction per call: a Store's, so a rule that needs several (a dispatch
+# sends between them) goes through the Store's pinned connection and error mapping.
+Transactions = Callable[[], AbstractContextManager[Connection]]
 
 
 @contextmanager

@@ -39,10 +39,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Engine, case, func, or_, select, update
+from sqlalchemy import Boolean, Connection, case, func, or_, select, update
 
 from . import leases, validate
-from .db import clock, transaction
+from .db import Transactions, clock
 from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, InvalidCall, InvalidOutcome, MessageKind, Message, OutboxItem, OutboxRow,
                       OutgoingMessage)
 from .settings import StoreSettings
@@ -126,19 +126,19 @@ def due_inboxes(conn: Connection, s: StoreSettings, now: int, limit: int) -> lis
 
 # -- dispatching -----------------------------------------------------------------------------
 
-def dispatch(engine: Engine, s: StoreSettings, inbox: str, send: Callable[[OutgoingMessage], Any],
+def dispatch(transactions: Transactions, s: StoreSettings, inbox: str, send: Callable[[OutgoingMessage], Any],
              now: int | None) -> int:
     delivery = getattr(send, "delivery", AT_LEAST_ONCE)
     if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
         raise InvalidCall(f"delivery must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}, got {delivery!r}")
-    with transaction(engine) as conn:
+    with transactions() as conn:
         messages = _claim(conn, s, inbox, delivery, now)
     sent = 0
     for i, message in enumerate(messages):
         try:
             send(message)
         except BaseException:
-            with transaction(engine) as conn:
+            with transactions() as conn:
                 if delivery == AT_LEAST_ONCE:  # let the next dispatch retry now, same keys
                     conn.execute(update(outbox).where(
                         outbox.c.dispatch_key.in_([m.key for m in messages[i:]]), HELD).values(claimed_at=None))
@@ -147,7 +147,7 @@ def dispatch(engine: Engine, s: StoreSettings, inbox: str, send: Callable[[Outgo
                                  .values(sent_at=None, dispatch_key=None, claimed_at=None))
             raise
         if delivery == AT_LEAST_ONCE:
-            with transaction(engine) as conn:
+            with transactions() as conn:
                 _mark_sent(conn, inbox, message, clock(conn, now))
         sent += len(message.message_ids)
     return sent

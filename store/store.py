@@ -352,7 +352,7 @@ class Store:
 
     def dispatch(self, inbox: str, send: Callable[[OutgoingMessage], Any], *, now: int | None = None) -> int:
         """Send the held messages as one; returns how many were sent (0 inside the gap)."""
-        return outbox.dispatch(self.engine, self.settings, inbox, send, now)
+        return outbox.dispatch(self._transaction, self.settings, inbox, send, now)
 
     def outbox_due(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
         with self._transaction() as conn:
@@ -425,7 +425,7 @@ class Store:
             return inbox_rules.sweep_candidates(conn, clock(conn, now), limit)
 
     def purge(self, older_than: int, *, now: int | None = None) -> dict[str, int]:
-        return operator.purge(self.engine, self.settings, older_than, now)
+        return operator.purge(self._transaction, self.settings, older_than, now)
 
     def record_rejection(self, origin: str, reason: str, *, inbox: Any = None, source: Any = None,
                          source_id: Any = None, excerpt: Any = None, now: int | None = None) -> None:
