@@ -22,23 +22,23 @@ from sqlalchemy import Connection, and_, select
 from . import inbox as inbox_rules
 from . import timers, validate
 from .db import insert
-from .records import Approval, InvalidEvent
+from .records import Approval, ApprovalAnswer, InvalidCall, InvalidEvent
 from settings import StoreSettings
 from .tables import approvals, events
 
 SOURCE = "approval"
-ANSWERS = ("yes", "no")
+ANSWERS = (ApprovalAnswer.YES, ApprovalAnswer.NO)
 SELF = "self"
 _CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_]{1,48}$")  # becomes WAKEFUL_CHANNEL_<NAME>
 
 
 def approver(value: object) -> str:
     """The approver address, checked: ``self``, ``inbox:NAME`` or ``channel:NAME``.
-    Raises ``ValueError`` saying what is wrong."""
+    Raises ``InvalidCall`` (a ``ValueError``) saying what is wrong."""
     if value is None or value == SELF:
         return SELF
     if not isinstance(value, str):
-        raise ValueError(f"an approver is self, inbox:NAME or channel:NAME, got {value!r}")
+        raise InvalidCall(f"an approver is self, inbox:NAME or channel:NAME, got {value!r}")
     kind, _, name = value.partition(":")
     if kind == "inbox" and name:
         validate.inbox(name)
@@ -46,9 +46,9 @@ def approver(value: object) -> str:
     if kind == "channel" and _CHANNEL_NAME.match(name):
         return value
     if kind == "channel":
-        raise ValueError(f"approver {value!r}: a channel name is 1-48 letters, digits or _ "
+        raise InvalidCall(f"approver {value!r}: a channel name is 1-48 letters, digits or _ "
                          "(it names the variable WAKEFUL_CHANNEL_<NAME>)")
-    raise ValueError(f"an approver is self, inbox:NAME or channel:NAME, got {value!r}")
+    raise InvalidCall(f"an approver is self, inbox:NAME or channel:NAME, got {value!r}")
 
 
 def channel_variable(name: str) -> str:
@@ -96,7 +96,7 @@ def request(conn: Connection, s: StoreSettings, inbox: str, request_id: str, act
         raise ApprovalConflict(f"approval {request_id!r} in inbox {inbox!r} was already "
                                "answered for an earlier request; use a new request id")
     timers.add(conn, s, inbox, timer_id(request_id), deadline,
-               {"approval": request_id, "answer": "expired", "action": action},
+               {"approval": request_id, "answer": str(ApprovalAnswer.EXPIRED), "action": action},
                key=(SOURCE, request_id), now=now)
     return True
 
@@ -118,7 +118,7 @@ def answer(conn: Connection, s: StoreSettings, inbox: str, request_id: str, answ
             approvals.c.inbox == inbox, approvals.c.request_id == request_id)
     ).one_or_none()
     if row is None:
-        return "unknown"
+        return ApprovalAnswer.UNKNOWN
     if now >= row.deadline:
         # Fire the expiry timer here: the same event the scan would store, under the same key.
         expiry = conn.execute(
@@ -132,7 +132,7 @@ def answer(conn: Connection, s: StoreSettings, inbox: str, request_id: str, answ
         answered = {"approval": request_id, "answer": answer, "action": row.action}
         inbox_rules.insert_event(conn, inbox, SOURCE, request_id,
                                  answered if by is None else {**answered, "by": by}, now)
-    return standing(conn, inbox, request_id) or "expired"
+    return standing(conn, inbox, request_id) or ApprovalAnswer.EXPIRED
 
 
 def standing(conn: Connection, inbox: str, request_id: str) -> str | None:

@@ -21,11 +21,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Integer, Select, bindparam, exists, literal_column, select, true
 
-from . import leases, plans, runlog, runs
-from .db import NOW, dialect_insert
+from . import leases, plans, rules, runlog, runs
+from .db import NOW, insert
 from .records import RunStart
 from settings import StoreSettings
-from .tables import events, inboxes, memory, status_is
+from .tables import events, inboxes, memory
 from .tables import runs as runs_log
 
 CANDIDATES = 32  # oldest ready events looked at per take: a dense worker has tens of takers racing
@@ -45,12 +45,9 @@ def _literal(n: int) -> Any:
     return literal_column(str(int(n)), Integer())
 
 
-_live_lease = exists().where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= _now)
-
-
 def _ready(skipping: bool) -> Select:
     """The oldest ready events of inboxes with no live lease (and not in ``p_skip``)."""
-    where = [status_is("pending"), events.c.not_before <= _now, ~_live_lease]
+    where = [rules.due(events, _now), ~rules.leased(events, _now)]
     if skipping:
         where.append(events.c.inbox.not_in(bindparam("p_skip", expanding=True)))
     return select(events.c.inbox, events.c.id).where(*where).order_by(events.c.id).limit(_literal(CANDIDATES))
@@ -65,7 +62,7 @@ def _take(skipping: bool) -> Select:
         select(inboxes.c.inbox, inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until,
                NOW.label("now"), exists().where(memory.c.inbox == inboxes.c.inbox).label("has_memory"))
         .join_from(inboxes, ready, inboxes.c.inbox == ready.c.inbox)
-        .where(inboxes.c.lease_until < _now)
+        .where(~rules.lease_live(inboxes.c.lease_until, _now))
         .order_by(ready.c.id)
         .limit(_literal(1))
         .with_for_update(of=inboxes, skip_locked=True)
@@ -79,16 +76,16 @@ def _log_resign_and_take() -> Select:
     the claim that follows (``take_and_claim``) is a statement of its own, after the lock,
     as on every other path. One row: ``kept_by`` (the resign's holder column: NULL when it
     resigned), then ``_TAKE``'s columns (NULL when it took nothing)."""
-    resign = leases.RESIGN_OR_EXTEND.cte("resign")
+    resign = leases.RESIGN_OR_EXTEND.statement.cte("resign")
     take = _take(skipping=False).where(select(resign.c.holder).scalar_subquery().is_(None)).cte("take")
     return (select(resign.c.holder.label("kept_by"), *take.c).select_from(resign.outerjoin(take, true()))
             .add_cte(runlog.LOG_RUN.returning(runs_log.c.id).cte("run_log")))
 
 
 _READY = _ready(skipping=True)
-_TAKE = plans.cached(_take(skipping=False))  # a task's usual take: nothing to skip
+_TAKE = plans.cached("take", _take(skipping=False))  # a task's usual take: nothing to skip
 _TAKE_SKIPPING = _take(skipping=True)  # after the task handed an inbox back
-LOG_RESIGN_AND_TAKE = plans.cached(_log_resign_and_take())
+LOG_RESIGN_AND_TAKE = plans.cached("log_resign_and_take", _log_resign_and_take())
 
 
 def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[str],
@@ -129,5 +126,5 @@ def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[st
 
 def _make_rows(conn: Connection, names: list[str]) -> None:
     """Rows for ready inboxes never woken before, so they can be locked."""
-    new_rows = dialect_insert(conn.dialect.name, inboxes).on_conflict_do_nothing(index_elements=["inbox"])
+    new_rows = insert(conn, inboxes).on_conflict_do_nothing(index_elements=["inbox"])
     conn.execute(new_rows, [{"inbox": name} for name in names])

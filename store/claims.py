@@ -21,7 +21,8 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Integer, Text, Update, and_, bindparam, case, exists, or_, select, union_all, update
 
-from . import leases, plans
+from . import leases, plans, rules
+from .dialects import Dialect
 from .inbox import EVENT_COLUMNS, to_event
 from .records import Event
 from settings import StoreSettings
@@ -39,14 +40,14 @@ def take_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str, 
     lease write rides in the claim's statement, as a data-modifying CTE: one round trip less
     on every wake. The inbox row is already locked, so the claim's snapshot, taken when that
     statement starts, sees every event committed before the lock was granted."""
-    if conn.dialect.name != "postgresql":  # SQLite has no data-modifying CTEs
+    if not Dialect.of(conn).writes_in_ctes:
         leases.take(conn, s, inbox, now, holder, generation, took_over)
         return claim_batch(conn, s, inbox, generation, now)
     return _claim(conn, TAKE_AND_CLAIM, s, inbox, generation, now,
                   {"p_holder": holder, "p_until": now + s.lease_ttl, "p_took_over": int(took_over)})
 
 
-def _claim(conn: Connection, statement: Update, s: StoreSettings, inbox: str, generation: int,
+def _claim(conn: Connection, statement: plans.Cached, s: StoreSettings, inbox: str, generation: int,
            now: int, params: dict[str, Any]) -> list[Event]:
     rows = plans.execute(conn, statement, {
         **params, "p_inbox": inbox, "p_gen": generation, "p_now": now, "p_limit": s.batch_limit,
@@ -58,24 +59,14 @@ def _claim(conn: Connection, statement: Update, s: StoreSettings, inbox: str, ge
     return sorted(batch, key=lambda e: e.id)  # RETURNING order is arbitrary
 
 
-def _rules(e, gen, now):  # type: ignore[no-untyped-def]
-    """The claim's row predicates over ``e`` (the events table or an alias of it)."""
-    stale = and_(status_is("running", of=e), e.c.claim_gen < gen)
-    due = and_(status_is("pending", of=e), e.c.not_before <= now)
-    at_cap = e.c.attempts >= bindparam("p_max")
-    buried = and_(at_cap, or_(status_is("pending", of=e), stale))
-    ready = and_(or_(due, stale), ~at_cap)
-    return stale, buried, ready
-
-
 def _claim_statement() -> Update:
     # Typed, so the statement can also be compiled into a function (store/plans.py).
     inbox = bindparam("p_inbox", type_=events.c.inbox.type)
     gen, now = bindparam("p_gen", type_=BigInteger()), bindparam("p_now", type_=BigInteger())
     # The batch is chosen from an alias, so no subquery correlates with the row being updated.
     c = events.alias("candidate")
-    _, _, ready = _rules(c, gen, now)
-    ready = and_(c.c.inbox == inbox, ready)
+    cap = bindparam("p_max")
+    ready = and_(c.c.inbox == inbox, rules.ready(c, gen, now, cap))
     tried = and_(ready, c.c.attempts > 0)
     retry = select(c.c.id).where(tried).order_by(c.c.id).limit(1).subquery("retry")
     fresh = (select(c.c.id).where(ready, c.c.attempts == 0, ~exists().where(tried))
@@ -85,7 +76,7 @@ def _claim_statement() -> Update:
     # caches a query's conversion, and re-parsing it cost ~1 ms of CPU on every wake.
     picked = union_all(select(retry.c.id), select(fresh.c.id)).cte("picked")
     # Over the row being updated, as it was before this statement.
-    stale, buried, _ = _rules(events, gen, now)
+    stale, buried = rules.stale(events, gen), rules.buried(events, gen, cap)
     chosen = events.c.id.in_(select(picked.c.id))
     return (
         update(events)
@@ -118,5 +109,6 @@ def held(conn: Connection, inbox: str, generation: int) -> list[Event]:
     return [to_event(r) for r in conn.execute(_HELD, {"p_inbox": inbox, "p_gen": generation})]
 
 
-CLAIM = plans.cached(_claim_statement())  # built once: see store.db.NOW
-TAKE_AND_CLAIM = plans.cached(CLAIM.add_cte(leases.TAKE.returning(inboxes.c.inbox).cte("take_lease")))
+CLAIM = plans.cached("claim", _claim_statement())  # built once: see store.db.NOW
+TAKE_AND_CLAIM = plans.cached("take_and_claim",
+                              CLAIM.statement.add_cte(leases.TAKE.returning(inboxes.c.inbox).cte("take_lease")))

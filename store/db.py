@@ -19,9 +19,9 @@ statement that locks the inbox row (see ``leases.lock``).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from typing import Any
 
@@ -41,26 +41,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
+from .dialects import Dialect
+from .records import InvalidCall
+
 SQLITE_BUSY_TIMEOUT_MS = 10_000
-
-_PG_NOW = "floor(extract(epoch FROM clock_timestamp()))::bigint"
-_SQLITE_NOW = "CAST(strftime('%s', 'now') AS INTEGER)"
-
 
 IDLE_IN_TRANSACTION_MS = 15_000  # no store transaction idles for even a second on purpose
 
 
 POOLERS = ("", "transaction")
-
-
-def embedded_url(home: str | os.PathLike[str]) -> str:
-    """The embedded default's store: a SQLite file under ``home`` (``./var`` unless told)."""
-    return f"sqlite:///{(Path(home) / 'wakeful.sqlite3').resolve()}"
 
 
 def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout: int = 5, pooler: str = "") -> Engine:
@@ -77,7 +69,7 @@ def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout:
     statements are off (PgBouncer 1.18 keeps none across transactions).
     """
     if pooler not in POOLERS:
-        raise ValueError(f"pooler must be one of {POOLERS}, got {pooler!r}")
+        raise InvalidCall(f"pooler must be one of {POOLERS}, got {pooler!r}")
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, parsed.database)
@@ -114,7 +106,7 @@ def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout:
                     conn.exec_driver_sql(begin)
 
         return engine
-    raise ValueError(f"unsupported database URL {parsed.render_as_string()!r}: "
+    raise InvalidCall(f"unsupported database URL {parsed.render_as_string()!r}: "
                      "use sqlite:///path or postgresql+psycopg://...")
 
 
@@ -145,8 +137,9 @@ def lock_timed_out(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) == "55P03"
 
 
-def is_postgres(engine_or_conn: Engine | Connection) -> bool:
-    return engine_or_conn.dialect.name == "postgresql"
+# Opens one short transaction per call: a Store's, so a rule that needs several (a dispatch
+# sends between them) goes through the Store's pinned connection and error mapping.
+Transactions = Callable[[], AbstractContextManager[Connection]]
 
 
 @contextmanager
@@ -164,14 +157,9 @@ class DbClock(FunctionElement[int]):
     inherit_cache = True
 
 
-@compiles(DbClock, "postgresql")
-def _pg_clock(element: DbClock, compiler: Any, **kw: Any) -> str:
-    return _PG_NOW
-
-
-@compiles(DbClock, "sqlite")
-def _sqlite_clock(element: DbClock, compiler: Any, **kw: Any) -> str:
-    return _SQLITE_NOW
+@compiles(DbClock)
+def _clock_sql(element: DbClock, compiler: Any, **kw: Any) -> str:
+    return Dialect.named(compiler.dialect.name).clock_sql
 
 
 # For statements built once, at import (the hot path: building a statement costs more
@@ -195,11 +183,7 @@ def clock_expr(now: int | None) -> ColumnElement[int]:
 
 def insert(conn: Connection, table: Table) -> Insert:
     """The dialect's INSERT, which knows ``ON CONFLICT`` (both engines speak it)."""
-    return dialect_insert(conn.dialect.name, table)
-
-
-def dialect_insert(dialect: str, table: Table) -> Insert:
-    return (pg_insert if dialect == "postgresql" else sqlite_insert)(table)
+    return Dialect.of(conn).insert(table)
 
 
 def upsert(conn: Connection, table: Table, values: dict[str, Any], conflict_on: list[str]) -> None:

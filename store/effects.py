@@ -28,7 +28,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, and_, func, or_, select, update
 
@@ -36,10 +37,18 @@ from . import approvals, display, outbox, retries, validate
 from . import inbox as inbox_rules
 from .db import clock, insert
 from .records import AT_LEAST_ONCE, AT_MOST_ONCE, Effect, EffectRow, InvalidOutcome
+from settings import StoreSettings
 from .tables import effects
 
-if TYPE_CHECKING:
-    from .store import Store
+
+
+class Front(Protocol):
+    """What ``Effects`` needs of a ``Store`` (typed here, so this module imports nothing above
+    it): the settings, and one short transaction per call."""
+
+    settings: StoreSettings
+
+    def _transaction(self) -> AbstractContextManager[Connection]: ...
 
 SOURCE = "tool"
 # In an approval request's body: replaced by a signed link where the outbox is dispatched
@@ -312,7 +321,7 @@ def figures(conn: Connection, totals_key: str) -> dict[str, Any]:
 class Effects:
     """The executor's and the views' calls on a Store, one short transaction each."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Front) -> None:
         self.store = store
 
     def begin(self, inbox: str, tool_use_id: str, *, stale_after: int, now: int | None = None) -> EffectRow | None:

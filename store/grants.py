@@ -34,8 +34,9 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, insert, literal_column, select
 
-from . import leases, validate
+from . import leases, rules, validate
 from .db import clock, clock_expr
+from .records import InvalidCall
 from .tables import INBOX_MAX, SOURCE_ID_MAX, audit, effects, grants, inboxes
 
 TOKEN_PREFIX = "wkg_"  # recognisable in a leak report; the rest is 256 random bits
@@ -128,14 +129,14 @@ def check_mint_input(inbox: str, holder: str, generation: Any, routes: Any, ttl:
     validate.name("holder", holder, 255)
     for field, value in (("generation", generation), ("ttl", ttl)):
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{field} must be a positive whole number, got {value!r}")
+            raise InvalidCall(f"{field} must be a positive whole number, got {value!r}")
     if isinstance(routes, str | bytes) or not isinstance(routes, list | tuple | set | frozenset) or not routes:
-        raise ValueError("routes must be a non-empty list of route names")
+        raise InvalidCall("routes must be a non-empty list of route names")
     names = sorted({validate.name("route", r, ROUTE_MAX) for r in routes})
     if tool_use_id is not None:
         validate.name("tool_use_id", tool_use_id, SOURCE_ID_MAX)
     if attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool) or attempt <= 0):
-        raise ValueError(f"attempt must be a positive whole number, got {attempt!r}")
+        raise InvalidCall(f"attempt must be a positive whole number, got {attempt!r}")
     return names
 
 
@@ -202,7 +203,7 @@ def check(conn: Connection, token: str | None, route: str, now: int | None) -> G
         return GrantCheck(403, "route_not_granted", **who)
     if row.tool_use_id is None:
         held = (row.lease_generation == row.generation and row.holder is not None
-                and row.lease_until is not None and row.lease_until >= row.now)
+                and row.lease_until is not None and rules.lease_live(row.lease_until, row.now))
         return GrantCheck(200, "ok", **who) if held else GrantCheck(403, "fenced", **who)
     if row.lease_generation is None or row.generation > row.lease_generation:
         return GrantCheck(403, "forged", **who)
@@ -220,7 +221,7 @@ def record(conn: Connection, check_: GrantCheck, route: str, method: str, path: 
     ``outcome`` None: the grant check's own (a refusal's reason, or "ok")."""
     outcome = outcome or check_.outcome
     if outcome not in OUTCOMES:
-        raise ValueError(f"unknown audit outcome {outcome!r}")
+        raise InvalidCall(f"unknown audit outcome {outcome!r}")
     route = _storable(route, ROUTE_MAX)
     conn.execute(insert(audit).values(
         at=clock_expr(now), inbox=check_.inbox, generation=check_.generation,

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from errors import WakefulError
 from sqlalchemy import Connection, delete, select
 
 from . import validate
@@ -31,7 +32,7 @@ MAX_SECRETS = 2
 SECRET_MAX_CHARS = 512
 
 
-class SecretsKeyError(ValueError):
+class SecretsKeyError(WakefulError, ValueError):
     """The encryption key is missing or malformed (the message never shows a key)."""
 
 

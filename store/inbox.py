@@ -6,15 +6,15 @@ input that was refused.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-from sqlalchemy import Connection, Insert, and_, bindparam, delete, func, select, update
+from sqlalchemy import Connection, Insert, bindparam, delete, func, select, update
 
-from . import leases, validate
-from .db import NOW, clock_expr, dialect_insert, insert
+from . import leases, rules, validate
+from .db import NOW, clock_expr, insert
+from .dialects import Dialect, for_, per_dialect
 from .records import Event, Rejection
-from .tables import events, inboxes, rejected, status_is
+from .tables import events, rejected, status_is
 
 EVENT_COLUMNS = (
     events.c.id,
@@ -35,10 +35,9 @@ def to_event(row: Any) -> Event:
     return Event(*(row._mapping[c.name] for c in EVENT_COLUMNS))
 
 
-@functools.cache
-def _insert_event(dialect: str) -> Insert:
+def _insert_event(dialect: Dialect) -> Insert:
     return (
-        dialect_insert(dialect, events)
+        dialect.insert(events)
         .values(inbox=bindparam("p_inbox"), source=bindparam("p_source"), source_id=bindparam("p_source_id"),
                 payload=bindparam("p_payload", type_=events.c.payload.type), created=NOW)
         .on_conflict_do_nothing(index_elements=["inbox", "source", "source_id"])
@@ -46,10 +45,13 @@ def _insert_event(dialect: str) -> Insert:
     )
 
 
+INSERT_EVENT = per_dialect(_insert_event)
+
+
 def insert_event(conn: Connection, inbox: str, source: str, source_id: str, payload: dict[str, Any],
                  now: int | None) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING: True if stored, False for a duplicate key."""
-    stored = conn.execute(_insert_event(conn.dialect.name), {
+    stored = conn.execute(for_(INSERT_EVENT, conn), {
         "p_inbox": inbox, "p_source": source, "p_source_id": source_id, "p_payload": payload, "p_now": now,
     }).scalar()
     return stored is not None
@@ -156,11 +158,9 @@ def sweep_candidates(conn: Connection, now: int, limit: int) -> list[str]:
     """Inboxes with work and no live lease: pending events past their backoff, or events
     left running by a worker whose lease lapsed. These are the inboxes whose doorbell was
     lost, duplicated away or never rung."""
-    live_lease = select(inboxes.c.inbox).where(inboxes.c.inbox == events.c.inbox, inboxes.c.lease_until >= now)
-    ready = and_(status_is("pending"), events.c.not_before <= now)
     query = (
         select(events.c.inbox)
-        .where(ready | (status_is("running")), ~live_lease.exists())
+        .where(rules.unattended(events, now), ~rules.leased(events, now))
         .group_by(events.c.inbox)
         .order_by(func.min(events.c.id))
         .limit(limit)

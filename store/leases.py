@@ -10,18 +10,19 @@ clock alone.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
-from sqlalchemy import BigInteger, Connection, Insert, Row, Update, and_, bindparam, case, exists, or_, select, tuple_, update
+from sqlalchemy import BigInteger, Connection, Insert, Row, Update, and_, bindparam, case, exists, select, tuple_, update
 
-from . import plans
-from .db import NOW, dialect_insert
+from . import plans, rules
+from .db import NOW
+from .dialects import Dialect, for_, per_dialect
 from settings import StoreSettings
-from .tables import events, inboxes, memory, status_is
+from .tables import events, inboxes, memory
 
 
 LOCK = plans.cached(
+    "lock",
     select(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
            NOW.label("now"))
     .where(inboxes.c.inbox == bindparam("p_inbox"))
@@ -39,11 +40,10 @@ def lock(conn: Connection, inbox: str, now: int | None = None) -> Row | None:
     return plans.execute(conn, LOCK, {"p_inbox": inbox, "p_now": now}).one_or_none()
 
 
-@functools.cache
-def _lock_or_create(dialect: str) -> Insert:
+def _lock_or_create(dialect: Dialect) -> Insert:
     # ON CONFLICT DO UPDATE locks an existing row as FOR UPDATE would (and waits for it the
     # same way); the no-op SET is what makes it return the row.
-    stmt = dialect_insert(dialect, inboxes).values(inbox=bindparam("p_inbox"))
+    stmt = dialect.insert(inboxes).values(inbox=bindparam("p_inbox"))
     return (
         stmt.on_conflict_do_update(index_elements=["inbox"], set_={"inbox": stmt.excluded.inbox})
         .returning(inboxes.c.holder, inboxes.c.generation, inboxes.c.lease_until, inboxes.c.last_sent,
@@ -54,12 +54,13 @@ def _lock_or_create(dialect: str) -> Insert:
     )
 
 
-plans.cached(_lock_or_create("postgresql"))
+LOCK_OR_CREATE = per_dialect(lambda d: plans.cached("lock_or_create", _lock_or_create(d)) if d.plan_functions
+                             else _lock_or_create(d))
 
 
 def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
     """``lock``, creating the row first for an inbox never woken before: one statement."""
-    return plans.execute(conn, _lock_or_create(conn.dialect.name), {"p_inbox": inbox, "p_now": now}).one()
+    return plans.execute(conn, for_(LOCK_OR_CREATE, conn), {"p_inbox": inbox, "p_now": now}).one()
 
 
 class Acquired(NamedTuple):
@@ -88,9 +89,9 @@ def judge(row: Row, holder: str) -> Acquired:
     ``now`` and ``has_memory`` (``lock_or_create``'s columns)."""
     now = int(row.now)
     took_over = False
-    if row.holder == holder and row.lease_until >= now:
+    if row.holder == holder and rules.lease_live(row.lease_until, now):
         generation = row.generation  # renewal by the live holder keeps its generation
-    elif row.lease_until < now:
+    elif not rules.lease_live(row.lease_until, now):
         generation = row.generation + 1  # takeover of an expired or released lease
         took_over = row.holder is not None  # a release clears the holder; a lapse does not
     else:
@@ -119,19 +120,9 @@ def holds(conn: Connection, inbox: str, holder: str, generation: int, now: int |
     """Lock the inbox and return the database's now if (holder, generation) holds a live
     lease, else None. Every fenced write starts here, in its own transaction."""
     row = lock(conn, inbox, now)
-    if row is None or not is_held(row, holder, generation):
+    if row is None or not rules.is_held(row, holder, generation):
         return None
     return int(row.now)
-
-
-def is_held(row: Any, holder: str, generation: int) -> bool:
-    """Whether a row read by ``lock`` shows a live lease of (holder, generation)."""
-    return row.holder == holder and row.generation == generation and row.lease_until >= row.now
-
-
-def held_by(lease: Any, holder: Any, generation: Any) -> Any:  # type: ignore[no-untyped-def]
-    """``is_held`` in SQL, over ``lock``'s columns (``lease``: a CTE's ``.c``)."""
-    return and_(lease.holder == holder, lease.generation == generation, lease.lease_until >= lease.now)
 
 
 def renew(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int, now: int | None) -> bool:
@@ -150,7 +141,7 @@ def renew_many(conn: Connection, s: StoreSettings, held: list[tuple[str, str, in
     transaction locks more than one inbox row, so this cannot deadlock with them."""
     key = tuple_(inboxes.c.inbox, inboxes.c.holder, inboxes.c.generation)
     renewed = conn.execute(
-        update(inboxes).where(key.in_(sorted(held)), inboxes.c.lease_until >= NOW)
+        update(inboxes).where(key.in_(sorted(held)), rules.lease_live(inboxes.c.lease_until, NOW))
         .values(lease_until=NOW + s.lease_ttl)
         .returning(inboxes.c.inbox, inboxes.c.holder, inboxes.c.generation), {"p_now": now}).all()
     return {(r.inbox, r.holder, r.generation) for r in renewed}
@@ -175,7 +166,7 @@ def resign(conn: Connection, inbox: str) -> None:
 
 
 def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
-                   statement: Update | None = None, params: dict[str, Any] | None = None) -> Any:
+                   statement: plans.Cached | None = None, params: dict[str, Any] | None = None) -> Any:
     """For the holder, under the inbox lock: resign if nothing is claimable now, else extend
     the lease for the claim that follows. One statement either way; its row, whose first
     column is the holder it left (None: it resigned). (Claimable work cannot vanish before
@@ -188,18 +179,13 @@ def resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
                           "p_until": now + s.lease_ttl}).one()
 
 
-def claimable(inbox: Any, generation: Any, now: Any):  # type: ignore[no-untyped-def]
-    """Events a claim by ``generation`` would take now (or park dead): pending past their
-    backoff, or left running by an older generation. ``generation`` None: pending only."""
-    pending = and_(status_is("pending"), events.c.not_before <= now)
-    if generation is None:
-        return and_(events.c.inbox == inbox, pending)
-    stale = and_(status_is("running"), events.c.claim_gen < generation)
-    return and_(events.c.inbox == inbox, or_(pending, stale))
-
-
 def has_claimable(conn: Connection, inbox: str, generation: int, now: int) -> bool:
     return bool(conn.execute(select(exists().where(claimable(inbox, generation, now)))).scalar())
+
+
+def claimable(inbox: Any, generation: Any, now: Any) -> Any:
+    """``rules.claimable`` among ``inbox``'s events."""
+    return and_(events.c.inbox == inbox, rules.claimable(events, generation, now))
 
 
 def _resign_or_extend() -> Update:
@@ -215,4 +201,4 @@ def _resign_or_extend() -> Update:
     )
 
 
-RESIGN_OR_EXTEND = plans.cached(_resign_or_extend())
+RESIGN_OR_EXTEND = plans.cached("resign_or_extend", _resign_or_extend())

@@ -1,10 +1,21 @@
-"""Alembic, driven from code: the migrations ship inside the package (``store/migrations``)."""
+"""Alembic, driven from code: the migrations ship inside the package (``store/migrations``).
+
+The plan-cached functions (store/plans.py) are schema too: a migration that creates or
+changes them lists them in ``FUNCTIONS`` (name: its CREATE OR REPLACE statement) and those it
+drops in ``DROPPED_FUNCTIONS``, so ``plan_functions`` can say what the head defines.
+``python -m store.migrate`` prints the functions the code expects and the migrations do not
+define as written: the ``FUNCTIONS`` of the next migration.
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, text
 
 SCRIPT_LOCATION = "store:migrations"
 
@@ -19,3 +30,47 @@ def config(engine: Engine | None = None) -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     command.upgrade(config(engine), revision)
+
+
+def plan_functions() -> dict[str, str]:
+    """Name -> CREATE statement of every plan function the migrations leave at head."""
+    functions: dict[str, str] = {}
+    for script in reversed(list(ScriptDirectory.from_config(config()).walk_revisions())):  # oldest first
+        functions.update(getattr(script.module, "FUNCTIONS", {}))
+        for name in getattr(script.module, "DROPPED_FUNCTIONS", ()):
+            functions.pop(name, None)
+    return functions
+
+
+def create_plan_functions(conn: Connection, functions: dict[str, str]) -> None:
+    """CREATE OR REPLACE each of ``functions`` (PostgreSQL), serialized against other callers."""
+    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('wakeful_plans'))"))
+    for create in functions.values():
+        conn.exec_driver_sql(create)
+
+
+def format_functions(functions: dict[str, str]) -> str:
+    """``functions`` as a migration's ``FUNCTIONS`` literal."""
+    items = "".join(f'    "{name}": """{create}""",\n' for name, create in sorted(functions.items()))
+    return "FUNCTIONS = {\n" + items + "}\n"
+
+
+def main() -> int:
+    importlib.import_module("store.store")  # the front imports every module that caches a statement
+    from store import plans
+
+    expected = {p.name: p.create for p in plans.registered()}
+    written = plan_functions()
+    changed = {name: create for name, create in expected.items() if written.get(name) != create}
+    dropped = sorted(set(written) - set(expected))
+    if not changed and not dropped:
+        print("the migrations define every plan function as the code expects")
+        return 0
+    print(format_functions(changed), end="")
+    if dropped:
+        print(f"DROPPED_FUNCTIONS = {dropped!r}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Engine, case, delete, func, select, update
+from sqlalchemy import Connection, case, delete, func, select, update
 
 from . import approvals as approval_rules
 from . import counters as counter_rules
 from . import grants as grant_rules
+from . import rules
 from . import spend as spend_rules
-from .db import clock, transaction
+from .db import Transactions, clock
 from .inbox import EVENT_COLUMNS, to_event
-from .records import InboxStatus, Outage, RunRecord
+from .records import InboxStatus, InvalidCall, Outage, RunRecord
 from settings import StoreSettings
 from .tables import approvals, audit, events, grants, inboxes, outbox, rejected, runs, status_is, timers
 
@@ -42,7 +43,7 @@ def status(conn: Connection, inbox: str, now: int) -> InboxStatus:
     ).scalar_one()
     outage = conn.execute(select(func.count(), func.min(events.c.outage_since)).where(
         events.c.inbox == inbox, status_is("pending"), events.c.outage_since.is_not(None))).one()
-    live = lease is not None and lease.holder is not None and lease.lease_until >= now
+    live = lease is not None and lease.holder is not None and rules.lease_live(lease.lease_until, now)
     return InboxStatus(
         inbox=inbox,
         holder=lease.holder if live else None,
@@ -143,11 +144,11 @@ def run_log(conn: Connection, inbox: str, limit: int) -> list[RunRecord]:
     ]
 
 
-def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) -> dict[str, int]:
+def purge(transactions: Transactions, s: StoreSettings, older_than: int, now: int | None) -> dict[str, int]:
     """Retention, in short batches. Returns how many rows each step touched."""
     if not isinstance(older_than, int) or older_than < 0:
-        raise ValueError(f"older_than must be a non-negative number of seconds, got {older_than!r}")
-    with transaction(engine) as conn:
+        raise InvalidCall(f"older_than must be a non-negative number of seconds, got {older_than!r}")
+    with transactions() as conn:
         now = clock(conn, now)
     cutoff = now - older_than
     key_cutoff = now - max(older_than, s.dedupe_window)
@@ -159,15 +160,15 @@ def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) ->
                                              approvals.c.request_id == events.c.source_id).exists())
     finished = status_is("done", "dead") & ~answer_of_kept_approval
     counts = {
-        "payloads": _in_batches(engine, events, events.c.id, finished & (events.c.finished < cutoff)
+        "payloads": _in_batches(transactions, events, events.c.id, finished & (events.c.finished < cutoff)
                                 & events.c.payload.is_not(None), {"payload": None}),
-        "events": _in_batches(engine, events, events.c.id, finished & (events.c.finished < key_cutoff)),
-        "messages": _in_batches(engine, outbox, outbox.c.id, outbox.c.sent_at < cutoff),
-        "runs": _in_batches(engine, runs, runs.c.id, runs.c.finished < cutoff),
-        "rejected": _in_batches(engine, rejected, rejected.c.id, rejected.c.received < cutoff),
-        "audit": _in_batches(engine, audit, audit.c.id, audit.c.at < cutoff),  # the proxy's
+        "events": _in_batches(transactions, events, events.c.id, finished & (events.c.finished < key_cutoff)),
+        "messages": _in_batches(transactions, outbox, outbox.c.id, outbox.c.sent_at < cutoff),
+        "runs": _in_batches(transactions, runs, runs.c.id, runs.c.finished < cutoff),
+        "rejected": _in_batches(transactions, rejected, rejected.c.id, rejected.c.received < cutoff),
+        "audit": _in_batches(transactions, audit, audit.c.id, audit.c.at < cutoff),  # the proxy's
     }
-    with transaction(engine) as conn:
+    with transactions() as conn:
         counts["timers"] = conn.execute(
             delete(timers).where(timers.c.done, timers.c.due < cutoff)).rowcount
         counts["approvals"] = conn.execute(delete(approvals).where(approvals.c.deadline < key_cutoff)).rowcount
@@ -177,10 +178,10 @@ def purge(engine: Engine, s: StoreSettings, older_than: int, now: int | None) ->
     return counts
 
 
-def _in_batches(engine: Engine, table, key, where, values=None) -> int:  # type: ignore[no-untyped-def]
+def _in_batches(transactions: Transactions, table, key, where, values=None) -> int:  # type: ignore[no-untyped-def]
     total = 0
     while True:
-        with transaction(engine) as conn:
+        with transactions() as conn:
             batch = select(key).where(where).limit(PURGE_BATCH).scalar_subquery()
             stmt = update(table).values(**values) if values else delete(table)
             n = conn.execute(stmt.where(key.in_(batch))).rowcount

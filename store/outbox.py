@@ -39,17 +39,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, Engine, case, func, or_, select, update
+from sqlalchemy import Boolean, Connection, case, func, or_, select, update
 
 from . import leases, validate
-from .db import clock, transaction
-from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, InvalidOutcome, Message, OutboxItem, OutboxRow,
+from .db import Transactions, clock
+from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, InvalidCall, InvalidOutcome, MessageKind, Message, OutboxItem, OutboxRow,
                       OutgoingMessage)
 from settings import StoreSettings
 from .tables import HOOK_KINDS, events, inboxes, outbox
 
 HELD = outbox.c.sent_at.is_(None)
-KINDS = ("reply", "notice", "approval")
+KINDS = tuple(MessageKind)
 # Events from these sources are not the person the inbox talks to (see the reply rule).
 NOT_THE_PERSON = tuple(sorted(validate.RUNTIME_SOURCES | set(HOOK_KINDS)))
 
@@ -76,10 +76,10 @@ def write_messages(conn: Connection, inbox: str, messages: Sequence[str | Messag
     is owed (the reply rule)."""
     messages = [m if isinstance(m, Message) else Message(m) for m in messages]
     for m in messages:
-        if m.kind not in ("reply", "notice"):
+        if m.kind not in (MessageKind.REPLY, MessageKind.NOTICE):
             raise InvalidOutcome(f"a run's message is a reply or a notice, got kind {m.kind!r}")
-    replying = any(m.kind == "reply" for m in messages) and _take_owed_reply(conn, inbox, event_ids)
-    conn.execute(outbox.insert(), [_row(inbox, m.body, now, "reply" if replying and m.kind == "reply" else "notice",
+    replying = any(m.kind == MessageKind.REPLY for m in messages) and _take_owed_reply(conn, inbox, event_ids)
+    conn.execute(outbox.insert(), [_row(inbox, m.body, now, MessageKind.REPLY if replying and m.kind == MessageKind.REPLY else MessageKind.NOTICE,
                                         m.urgent) for m in messages])
 
 
@@ -111,7 +111,7 @@ def _due(s: StoreSettings, now: int) -> Any:
     last_sent = select(inboxes.c.last_sent).where(inboxes.c.inbox == outbox.c.inbox).scalar_subquery()
     return case(
         (outbox.c.dispatch_key.is_(None),
-         or_(outbox.c.kind == "reply", outbox.c.urgent, outbox.c.channel.is_not(None),
+         or_(outbox.c.kind == MessageKind.REPLY, outbox.c.urgent, outbox.c.channel.is_not(None),
              last_sent.is_(None), last_sent <= now - s.outbox_gap)),
         else_=or_(outbox.c.claimed_at.is_(None), outbox.c.claimed_at <= now - s.dispatch_timeout),
     ).cast(Boolean)
@@ -126,19 +126,19 @@ def due_inboxes(conn: Connection, s: StoreSettings, now: int, limit: int) -> lis
 
 # -- dispatching -----------------------------------------------------------------------------
 
-def dispatch(engine: Engine, s: StoreSettings, inbox: str, send: Callable[[OutgoingMessage], Any],
+def dispatch(transactions: Transactions, s: StoreSettings, inbox: str, send: Callable[[OutgoingMessage], Any],
              now: int | None) -> int:
     delivery = getattr(send, "delivery", AT_LEAST_ONCE)
     if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
-        raise ValueError(f"delivery must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}, got {delivery!r}")
-    with transaction(engine) as conn:
+        raise InvalidCall(f"delivery must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}, got {delivery!r}")
+    with transactions() as conn:
         messages = _claim(conn, s, inbox, delivery, now)
     sent = 0
     for i, message in enumerate(messages):
         try:
             send(message)
         except BaseException:
-            with transaction(engine) as conn:
+            with transactions() as conn:
                 if delivery == AT_LEAST_ONCE:  # let the next dispatch retry now, same keys
                     conn.execute(update(outbox).where(
                         outbox.c.dispatch_key.in_([m.key for m in messages[i:]]), HELD).values(claimed_at=None))
@@ -147,7 +147,7 @@ def dispatch(engine: Engine, s: StoreSettings, inbox: str, send: Callable[[Outgo
                                  .values(sent_at=None, dispatch_key=None, claimed_at=None))
             raise
         if delivery == AT_LEAST_ONCE:
-            with transaction(engine) as conn:
+            with transactions() as conn:
                 _mark_sent(conn, inbox, message, clock(conn, now))
         sent += len(message.message_ids)
     return sent
@@ -181,7 +181,7 @@ def _pick(rows: list[Any]) -> tuple[list[Any], str] | None:
         # or it died. Resend only once its claim is stale, and under the same key.
         return (claimed, claimed[0].dispatch_key) if all(r.due for r in claimed) else None
     due = [r for r in rows if r.due]
-    if any(r.kind != "reply" for r in due):  # the gap is open or an urgent one waits: all go
+    if any(r.kind != MessageKind.REPLY for r in due):  # the gap is open or an urgent one waits: all go
         due = rows
     return (due, f"outbox-{due[0].id}") if due else None
 
@@ -209,7 +209,7 @@ def _mark_sent(conn: Connection, inbox: str, message: OutgoingMessage, now: int)
 
 def _touch_last_sent(conn: Connection, message: OutgoingMessage, now: int) -> None:
     """The gap restarts with a send of the inbox's own that held more than replies."""
-    if message.channel is not None or all(i.kind == "reply" for i in message.items):
+    if message.channel is not None or all(i.kind == MessageKind.REPLY for i in message.items):
         return
     leases.lock_or_create(conn, message.inbox)
     conn.execute(update(inboxes).where(inboxes.c.inbox == message.inbox).values(last_sent=now))

@@ -3,32 +3,31 @@
 psycopg prepares a statement once it has run five times on a connection, and PostgreSQL then
 reuses its plan. Behind PgBouncer 1.18 in transaction mode that is off (consecutive
 transactions may run on different server connections, and PgBouncer keeps no prepared
-statements), so every statement is parsed, analysed and planned again on every call.
-Measured (1-event wakes in-process): the claim 1.5 ms instead of 0.46, the take 1.0 ms
-instead of 0.57; a direct connection without prepared statements is exactly as slow as one
-through PgBouncer, so planning, not the extra hop, is the whole gap.
+statements), so every statement is parsed, analysed and planned again on every call
+(docs/performance.md has the figures).
 
 A PL/pgSQL function caches the plans of its statements per server connection, whichever
 client calls it. So on such an engine the hot statements run inside one each:
-``SELECT wakeful_plan_<hash>(...)``, every row back as a JSON object. The functions are
-generated from the SQLAlchemy statements themselves (one source of truth for the SQL), named
-by a hash of their text, and created by ``Store.migrate()`` (``wakeful init``). Each
-function holds one statement and is VOLATILE, so it sees a fresh snapshot exactly as the
-statement would. A statement whose function is not there (new code, init not re-run yet)
-runs plainly, logged once: slower, never wrong. Old functions are left in place: a process
-still running the previous release may be calling them.
+``SELECT wakeful_plan_<name>(...)``, every row back as a JSON object. Each function holds
+one statement and is VOLATILE, so it sees a fresh snapshot exactly as the statement would.
+
+The functions are schema, so the migrations create and version them (0011 first): each
+function's text is generated here from its SQLAlchemy statement, and
+``tests/store/test_plans.py`` fails when the text the code expects and the migrations' differ.
+``python -m store.plans`` prints the functions whose text changed, for the next migration.
+This module only calls them. A statement whose function is not there (an old schema) runs
+plainly, logged once: slower, never wrong.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, event, text
+from sqlalchemy import Connection, event
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import Engine
 from sqlalchemy.sql import ClauseElement
@@ -50,16 +49,31 @@ class Plan:
     processors: dict[str, Any] = field(hash=False)  # the types' own (JSON: serialized)
 
 
-_plans: dict[int, Plan] = {}  # id(statement) -> its Plan
+@dataclass(frozen=True, eq=False)
+class Cached:
+    """A hot statement (built once, at import) and the function that runs it on a pooler."""
+
+    statement: Any
+    plan: Plan = field(hash=False)
 
 
-def cached(statement: Any) -> Any:
-    """Register a statement (built once, at import) to run as a function on a pooler."""
-    _plans[id(statement)] = _plan(statement)
-    return statement
+_cached: dict[str, Cached] = {}  # by the function's name
 
 
-def _plan(statement: ClauseElement) -> Plan:
+def cached(name: str, statement: Any) -> Cached:
+    """Register ``statement`` to run as the function ``wakeful_plan_<name>`` on a pooler."""
+    entry = Cached(statement, _plan(PREFIX + name, statement))
+    if _cached.setdefault(entry.plan.name, entry) is not entry:
+        raise ValueError(f"two statements cached as {name!r}")
+    return entry
+
+
+def registered() -> list[Plan]:
+    """Every cached statement's function, by name (once the modules that cache them are imported)."""
+    return [_cached[name].plan for name in sorted(_cached)]
+
+
+def _plan(name: str, statement: ClauseElement) -> Plan:
     dialect = psycopg_dialect()
     compiled = statement.compile(dialect=dialect)
     sql = str(compiled)
@@ -71,8 +85,9 @@ def _plan(statement: ClauseElement) -> Plan:
         raise ValueError(f"give these parameters a type to cache the statement: {untyped}")
     types = [compiled.binds[n].type.compile(dialect=dialect) for n in names]
     body = _PARAM.sub(lambda m: f"${names.index(m.group(1)) + 1}", sql).replace("%%", "%")
+    # Kept in a migration's source: no trailing blanks for an editor to strip.
+    body = "\n".join(line.rstrip() for line in body.splitlines())
     source = (f"DECLARE r record; BEGIN FOR r IN {body} LOOP RETURN NEXT to_json(r); END LOOP; END")
-    name = PREFIX + hashlib.sha256(f"{types}{source}".encode()).hexdigest()[:20]
     create = (f"CREATE OR REPLACE FUNCTION {name}({', '.join(types)}) RETURNS SETOF json "
               f"LANGUAGE plpgsql VOLATILE AS $wakeful$ {source} $wakeful$")
     call = f"SELECT {name}({', '.join(f'%({n})s::{t}' for n, t in zip(names, types))})"
@@ -80,15 +95,6 @@ def _plan(statement: ClauseElement) -> Plan:
     processors = {n: p for n in names
                   if (p := compiled.binds[n].type.dialect_impl(dialect).bind_processor(dialect))}
     return Plan(name, create, call, tuple(names), defaults, processors)
-
-
-def install(conn: Connection) -> int:
-    """Create every registered statement's function (PostgreSQL; in the caller's transaction,
-    serialized against other installers)."""
-    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('wakeful_plans'))"))
-    for plan in _plans.values():
-        conn.exec_driver_sql(plan.create)
-    return len(_plans)
 
 
 def use_functions(engine: Engine) -> None:
@@ -107,18 +113,21 @@ _warned: set[str] = set()
 
 
 def execute(conn: Connection, statement: Any, params: dict[str, Any]) -> Any:
-    """``conn.execute(statement, params)``, through the statement's function where the engine
-    uses them; the rows answer ``._mapping``, attributes, and the Result methods used here."""
-    available = conn.info.get(_INFO_KEY)
-    plan = _plans.get(id(statement)) if available is not None else None
-    if plan is None:
+    """``conn.execute(statement, params)``; a ``Cached`` statement through its function where
+    the engine uses them. The rows answer ``._mapping``, attributes, and the Result methods
+    used here."""
+    if not isinstance(statement, Cached):
         return conn.execute(statement, params)
+    available = conn.info.get(_INFO_KEY)
+    plan = statement.plan
+    if available is None:
+        return conn.execute(statement.statement, params)
     if plan.name not in available:
         if plan.name not in _warned:
             _warned.add(plan.name)
             log.warning("statement function %s is missing: run `wakeful init` (the statement runs "
                         "unprepared meanwhile)", plan.name)
-        return conn.execute(statement, params)
+        return conn.execute(statement.statement, params)
     values = {n: params.get(n, plan.defaults.get(n)) for n in plan.params}
     for n, process in plan.processors.items():
         values[n] = process(values[n])

@@ -8,9 +8,62 @@ All times are integer seconds since the epoch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
-EventStatus = Literal["pending", "running", "done", "dead"]
+from errors import WakefulError
+
+
+class EventStatus(StrEnum):
+    """An event's life: pending -> running (claimed) -> done, or dead at the attempt cap.
+    Members equal the strings stored, so rows read back compare with them as they are."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+
+
+class EffectStatus(StrEnum):
+    """A tool call with an effect: asked (waits for a human's yes) -> ready -> executing ->
+    done; or refused / expired (never runs); or interrupted (an at-most-once call whose
+    result was lost: never retried)."""
+
+    ASKED = "asked"
+    READY = "ready"
+    EXECUTING = "executing"
+    DONE = "done"
+    REFUSED = "refused"
+    EXPIRED = "expired"
+    INTERRUPTED = "interrupted"
+
+
+class RunEnd(StrEnum):
+    """How a run's finish ended, as the run log records it."""
+
+    DONE = "done"
+    ERROR = "error"
+    WAITING = "waiting"  # the agent said "try later": an outage, not a failure
+
+
+class ApprovalAnswer(StrEnum):
+    """The outcome of an approval that stands (``answer_approval``'s answer)."""
+
+    YES = "yes"
+    NO = "no"
+    EXPIRED = "expired"
+    UNKNOWN = "unknown"  # never requested
+
+
+class MessageKind(StrEnum):
+    """An outbox message's kind: a reply to the person the inbox talks to, a notice, or an
+    approval request."""
+
+    REPLY = "reply"
+    NOTICE = "notice"
+    APPROVAL = "approval"
+
+
 Misfire = Literal["coalesce", "each"]
 Delivery = Literal["at-least-once", "at-most-once"]
 
@@ -18,18 +71,23 @@ AT_LEAST_ONCE: Delivery = "at-least-once"
 AT_MOST_ONCE: Delivery = "at-most-once"
 
 
-class InvalidEvent(ValueError):
+class InvalidEvent(WakefulError, ValueError):
     """An event (or a call naming an inbox, holder or approval) the store refuses; the message
     says what is wrong. Nothing was stored."""
 
 
-class InvalidTimer(ValueError):
+class InvalidTimer(WakefulError, ValueError):
     """A timer the store refuses (bad schedule, time zone, key or payload). Nothing was stored."""
 
 
-class InvalidOutcome(ValueError):
+class InvalidOutcome(WakefulError, ValueError):
     """A run's Outcome the store refuses (not an Outcome, a bad message, timer, approval or
     memory write). The finish wrote nothing; the runtime fails the run with this reason."""
+
+
+class InvalidCall(WakefulError, ValueError):
+    """A store call's argument the store refuses (an approver address, a grant's routes, a
+    purge's age, a channel's delivery, a database URL ...). Nothing was written."""
 
 
 @dataclass(frozen=True)

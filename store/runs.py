@@ -4,10 +4,11 @@ Each is one fenced transaction composed of the rule modules: ``leases`` (who hol
 inbox), ``claims`` (which events the run takes), ``retries`` (a failed run's backoff and
 cap), ``outcomes`` (what a run produced), ``memory`` and ``runlog``. The chain of a finish:
 
-- ``finish`` / ``finish_and_claim``: check the lease (``leases.holds``), or count the
-  refusal and write nothing;
-- ``finish_events``: mark the run's events done (or failed) and apply its Outcome; returns
-  the run log's row, which the caller writes (alone, or riding in the lease's statement).
+- ``finish`` / ``finish_and_claim`` call ``_fence_and_mark``: check the lease
+  (``leases.holds``), or count the refusal and write nothing;
+- ``mark_events``: mark the run's events done (or failed), then ``_apply_outcome``: apply
+  its Outcome and return the run log's row, which the caller writes (alone, or riding in
+  the lease's statement).
 
 On PostgreSQL a successful run's lease check and done-marking are one statement
 (``_HOLD_AND_DONE``), so a wake is four statements: the start's lock and claim, the finish's
@@ -23,7 +24,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, Select, Update, and_, any_, bindparam, exists, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from . import claims, counters, leases, memory, outcomes, plans, retries, runlog, validate
+from . import claims, counters, leases, memory, outcomes, plans, retries, rules, runlog, validate
+from .dialects import Dialect, for_, per_dialect
 from .records import Event, Outcome, RunStart, RunStep
 from settings import StoreSettings
 from .tables import events, status_is
@@ -62,7 +64,7 @@ def start_decided(conn: Connection, s: StoreSettings, inbox: str, holder: str, g
 def finish(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
            event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int | None,
            retry_after: int | None = None) -> bool:
-    now, finished, log = _hold_and_finish(conn, s, inbox, holder, generation, event_ids, outcome, error, now,
+    now, finished, log = _fence_and_mark(conn, s, inbox, holder, generation, event_ids, outcome, error, now,
                                           retry_after)
     if log is not None:
         conn.execute(runlog.LOG_RUN, log)
@@ -77,7 +79,7 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
     nothing is left, in one transaction. Returns the step and, when it released, the row of
     the statement that did (``resign``: ``runlog.LOG_AND_RESIGN_OR_EXTEND``, or a variant
     that does more in the same round trip, ``backlog.LOG_RESIGN_AND_TAKE``), else None."""
-    now, finished, log = _hold_and_finish(conn, s, inbox, holder, generation, event_ids, outcome, error, now,
+    now, finished, log = _fence_and_mark(conn, s, inbox, holder, generation, event_ids, outcome, error, now,
                                           retry_after)
     if now is None:
         return RunStep(finished=False, events=[], released=False), None
@@ -96,28 +98,28 @@ def finish_and_claim(conn: Connection, s: StoreSettings, inbox: str, holder: str
     return RunStep(finished, batch, released=False, memory=memory.read(conn, inbox) if batch else {}), None
 
 
-def _hold_and_finish(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
+def _fence_and_mark(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
                      event_ids: Iterable[int], outcome: Outcome | None, error: str | None,
                      now: int | None, retry_after: int | None) -> tuple[int | None, bool, dict[str, Any] | None]:
-    """``leases.holds``, then ``finish_events``: (the database's now, or None when the lease
+    """``leases.holds``, then ``mark_events``: (the database's now, or None when the lease
     is not (holder, generation)'s, which is counted and writes nothing; finished; the run
     log's row). On PostgreSQL a successful run's lock, lease check and done-marking are one
     statement (``_HOLD_AND_DONE``): one round trip less on every wake."""
     ids = sorted(set(event_ids))
-    if error is None and ids and conn.dialect.name == "postgresql":
+    if error is None and ids and Dialect.of(conn).writes_in_ctes:
         rows = plans.execute(conn, _HOLD_AND_DONE, {
             "p_ids": ids, "p_inbox": inbox, "p_holder": holder, "p_gen": generation, "p_now": now}).all()
-        if not rows or not leases.is_held(rows[0], holder, generation):
+        if not rows or not rules.is_held(rows[0], holder, generation):
             counters.stale_finish_refused(conn, inbox)
             return None, False, None
         now = int(rows[0].now)
         done = [r for r in rows if r.id is not None]
-        return (now, *_finished(conn, s, inbox, holder, generation, ids, done, outcome, None, now))
+        return (now, *_apply_outcome(conn, s, inbox, holder, generation, ids, done, outcome, None, now))
     now = leases.holds(conn, inbox, holder, generation, now)
     if now is None:
         counters.stale_finish_refused(conn, inbox)
         return None, False, None
-    return (now, *finish_events(conn, s, inbox, holder, generation, ids, outcome, error, now, retry_after))
+    return (now, *mark_events(conn, s, inbox, holder, generation, ids, outcome, error, now, retry_after))
 
 
 def _log_and_resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now: int,
@@ -125,7 +127,7 @@ def _log_and_resign_if_idle(conn: Connection, s: StoreSettings, inbox: str, now:
     """Write the run's log row (if any) and ``leases.resign_if_idle``: on PostgreSQL, one
     statement (``statement``, a data-modifying CTE), one round trip less on every wake.
     (resigned, that statement's row, or None where it was not the one sent)."""
-    if log is not None and conn.dialect.name == "postgresql":
+    if log is not None and Dialect.of(conn).writes_in_ctes:
         row = leases.resign_if_idle(conn, s, inbox, now, statement, log)
         return row[0] is None, row
     if log is not None:
@@ -149,8 +151,8 @@ def _done(mine: Any, finished: Any) -> Update:  # type: ignore[no-untyped-def]
             .returning(events.c.id, events.c.claimed_at))
 
 
-_DONE = {"sqlite": _done(_MINE, bindparam("p_now", type_=BigInteger())),
-         "postgresql": plans.cached(_done(_MINE_PG, bindparam("p_now", type_=BigInteger())))}
+_DONE = per_dialect(lambda d: plans.cached("done", _done(_MINE_PG, bindparam("p_now", type_=BigInteger())))
+                   if d.plan_functions else _done(_MINE, bindparam("p_now", type_=BigInteger())))
 
 
 def _hold_and_done() -> Select:
@@ -163,17 +165,17 @@ def _hold_and_done() -> Select:
     is as safe as a separate lock first: while the lease is this generation's, only this
     holder writes its claimed rows, and a row changed meanwhile is re-checked on its newest
     version anyway (READ COMMITTED's update recheck)."""
-    lease = leases.LOCK.cte("lease")
-    done = _done(and_(_MINE_PG, exists().where(leases.held_by(lease.c, bindparam("p_holder"), bindparam("p_gen")))),
+    lease = leases.LOCK.statement.cte("lease")
+    done = _done(and_(_MINE_PG, exists().where(rules.held_by(lease.c, bindparam("p_holder"), bindparam("p_gen")))),
                  select(lease.c.now).scalar_subquery()).cte("done")
     return (select(lease.c.holder, lease.c.generation, lease.c.lease_until, lease.c.now, done.c.id, done.c.claimed_at)
             .select_from(lease.outerjoin(done, true())))
 
 
-_HOLD_AND_DONE = plans.cached(_hold_and_done())
+_HOLD_AND_DONE = plans.cached("hold_and_done", _hold_and_done())
 
 
-def finish_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
+def mark_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
                   event_ids: Iterable[int], outcome: Outcome | None, error: str | None, now: int,
                   retry_after: int | None = None) -> tuple[bool, dict[str, Any] | None]:
     """For a caller that holds the inbox row and the lease: the run's events done and its
@@ -188,19 +190,21 @@ def finish_events(conn: Connection, s: StoreSettings, inbox: str, holder: str, g
     if ids:
         mine = {"p_ids": ids, "p_inbox": inbox, "p_gen": generation, "p_now": now}
         if error is None:
-            rows = plans.execute(conn, _DONE[conn.dialect.name], mine).all()
+            rows = plans.execute(conn, for_(_DONE, conn), mine).all()
         else:
             values = (retries.failed_values(s, error, now) if retry_after is None
                       else retries.waited_values(s, error, retry_after, now))
             failed = update(events).where(_MINE).values(**values)
             rows = conn.execute(failed.returning(events.c.id, events.c.claimed_at), mine).all()
-    return _finished(conn, s, inbox, holder, generation, ids, rows, outcome, error, now, retry_after is not None)
+    return _apply_outcome(conn, s, inbox, holder, generation, ids, rows, outcome, error, now, retry_after is not None)
 
 
-def _finished(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
+def _apply_outcome(conn: Connection, s: StoreSettings, inbox: str, holder: str, generation: int,
               ids: list[int], rows: list[Any], outcome: Outcome | None, error: str | None, now: int,
               waiting: bool = False) -> tuple[bool, dict[str, Any] | None]:
-    """The rest of ``finish_events`` once the ``rows`` (id, claimed_at) of ``ids`` are marked."""
+    """Once the ``rows`` (id, claimed_at) of ``ids`` are marked: the Outcome applied (a
+    successful run's), and (finished, the run log's row), or (False, None) when none of
+    ``ids`` was this run's to mark."""
     if ids and not rows:
         return False, None
     if error is None:

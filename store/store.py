@@ -17,19 +17,21 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, plans, runlog, runs, timers, validate
+from . import approvals, backlog, inbox as inbox_rules, leases, operator, outbox, runlog, runs, timers, validate
 from . import counters as counter_rules
 from . import grants as grant_rules
 from . import hook_secrets as hook_secret_rules
 from . import memory as memory_rules
 from . import spend as spend_rules
 from . import errors
-from .db import clock, create, is_postgres, lock_timed_out, transaction
+from .db import clock, create, lock_timed_out, transaction
+from .dialects import Dialect
 from .records import (
     Approval,
     Event,
     Fired,
     InboxStatus,
+    InvalidCall,
     InvalidEvent,
     Outcome,
     OutboxRow,
@@ -69,12 +71,14 @@ class Store:
 
     def migrate(self) -> None:
         """Alembic upgrade to head (also ``wakeful db upgrade``)."""
-        from .migrate import upgrade
+        from .migrate import create_plan_functions, plan_functions, upgrade
 
         upgrade(self.engine)
-        if is_postgres(self.engine):
+        if Dialect.of(self.engine).plan_functions:
+            # The head's plan functions (store/plans.py) again, as the migrations wrote them:
+            # one dropped by hand is back after ``wakeful init``.
             with self._transaction() as conn:
-                plans.install(conn)  # the hot statements' plan-cached functions (store/plans.py)
+                create_plan_functions(conn, plan_functions())
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -144,7 +148,7 @@ class Store:
         in autocommit: the statement commits itself, one round trip instead of three (BEGIN,
         the statement, COMMIT), and as durable. Elsewhere, and on a pinned connection, it is
         an ordinary transaction."""
-        if self.engine.dialect.name != "postgresql" or getattr(self._pinned, "conn", None) is not None:
+        if not Dialect.of(self.engine).autocommit_statements or getattr(self._pinned, "conn", None) is not None:
             with self._transaction() as conn:
                 yield conn
             return
@@ -348,7 +352,7 @@ class Store:
 
     def dispatch(self, inbox: str, send: Callable[[OutgoingMessage], Any], *, now: int | None = None) -> int:
         """Send the held messages as one; returns how many were sent (0 inside the gap)."""
-        return outbox.dispatch(self.engine, self.settings, inbox, send, now)
+        return outbox.dispatch(self._transaction, self.settings, inbox, send, now)
 
     def outbox_due(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
         with self._transaction() as conn:
@@ -421,7 +425,7 @@ class Store:
             return inbox_rules.sweep_candidates(conn, clock(conn, now), limit)
 
     def purge(self, older_than: int, *, now: int | None = None) -> dict[str, int]:
-        return operator.purge(self.engine, self.settings, older_than, now)
+        return operator.purge(self._transaction, self.settings, older_than, now)
 
     def record_rejection(self, origin: str, reason: str, *, inbox: Any = None, source: Any = None,
                          source_id: Any = None, excerpt: Any = None, now: int | None = None) -> None:
@@ -549,5 +553,5 @@ def _failure(error: str | None, retry_after: int | None) -> str | None:
     if retry_after is None:
         return error
     if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
-        raise ValueError(f"retry_after must be a whole number of seconds >= 0, got {retry_after!r}")
+        raise InvalidCall(f"retry_after must be a whole number of seconds >= 0, got {retry_after!r}")
     return error or "try later"

@@ -34,6 +34,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from .records import EffectStatus, EventStatus
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -131,7 +133,7 @@ events = Table(
     ),
 )
 
-STATUSES = ("pending", "running", "done", "dead")
+STATUSES = tuple(EventStatus)
 
 
 def status_is(*statuses: str, of: Any = events) -> ColumnElement[bool]:
@@ -273,7 +275,7 @@ hook_secrets = Table(
 # and never runs. ``status``: asked (waits for a human's yes) -> ready -> executing -> done;
 # or refused / expired (the answer was no, or nobody answered: never runs); or interrupted
 # (an at-most-once call whose executor died: not tried again).
-EFFECT_STATUSES = ("asked", "ready", "executing", "done", "refused", "expired", "interrupted")
+EFFECT_STATUSES = tuple(EffectStatus)
 effects = Table(
     "effects",
     metadata,

@@ -32,3 +32,32 @@ def test_an_unknown_constraint_is_left_as_it_was_raised(store: Store) -> None:
     with pytest.raises(IntegrityError):
         with store._transaction() as conn:
             conn.execute(insert(events).values(inbox="a", source="chat", source_id=None, created=T))
+
+
+def test_every_store_error_is_a_wakeful_error_and_still_a_value_error() -> None:
+    import store
+    from errors import WakefulError
+    from store.hook_secrets import SecretsKeyError
+
+    for error in (store.InvalidEvent, store.InvalidTimer, store.InvalidOutcome, store.InvalidCall, SecretsKeyError):
+        assert issubclass(error, WakefulError) and issubclass(error, ValueError), error
+
+
+def test_a_callers_mistake_is_a_domain_error_not_a_plain_value_error(store: Store) -> None:
+    from store import InvalidCall
+
+    with pytest.raises(InvalidCall, match="older_than must be a non-negative number"):
+        store.purge(older_than=-1)
+    with pytest.raises(InvalidCall, match="pooler must be one of"):
+        Store.connect("sqlite:///unused.db", pooler="session")
+
+
+def test_statuses_are_enums_equal_to_the_strings_stored(store: Store) -> None:
+    from store import EventStatus, RunEnd
+
+    store.ingest("a", "chat", "m-1", {"text": "hi"}, now=T)
+    start = store.start_run("a", "W", now=T)
+    assert [e.status for e in start.events] == [EventStatus.RUNNING]
+    store.finish("a", "W", start.generation, [e.id for e in start.events], now=T)
+    assert [e.status for e in store.events("a", status=EventStatus.DONE)] == ["done"]
+    assert [r.outcome for r in store.runs("a")] == [RunEnd.DONE]

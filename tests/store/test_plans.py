@@ -1,5 +1,5 @@
 """The hot statements as plan-cached functions (store/plans.py), for PostgreSQL behind a
-transaction pooler: generated from the SQLAlchemy statements, created by ``migrate``, used
+transaction pooler: created by the migrations as the SQLAlchemy statements compile, used
 by an engine with ``pooler="transaction"``; a missing one falls back to the plain statement.
 (These run direct to PostgreSQL: the pooler setting is what switches them on, and
 test_pgbouncer.py runs the same store calls through a real PgBouncer.)"""
@@ -7,11 +7,13 @@ test_pgbouncer.py runs the same store calls through a real PgBouncer.)"""
 from __future__ import annotations
 
 import logging
+import uuid
 
 import pytest
+from databases import create_pg_database, drop_pg_database
 from sqlalchemy import event, text
 
-from store import Outcome, Store, backlog, plans, runs
+from store import Outcome, Store, backlog, migrate, plans, runs
 
 pytestmark = pytest.mark.postgres
 T = 1_000_000
@@ -61,7 +63,7 @@ def test_behind_a_pooler_the_hot_statements_run_as_functions_and_answer_alike(pg
         calls = [s for s in seen if "wakeful_plan_" in s]
         assert len(calls) >= 8  # take, claim, finish, lock, resign-or-extend, lock_or_create ...
         for statement in (backlog.LOG_RESIGN_AND_TAKE, runs._HOLD_AND_DONE):
-            assert any(plans._plans[id(statement)].name in s for s in calls)
+            assert any(statement.plan.name in s for s in calls)
         assert not any(s.lstrip().startswith("WITH picked") for s in seen)  # the claim ran inside
         # The same calls through the plain statements, on the same data from the start:
         with plain._transaction() as conn:
@@ -75,7 +77,7 @@ def test_behind_a_pooler_the_hot_statements_run_as_functions_and_answer_alike(pg
 def test_a_missing_function_falls_back_to_the_plain_statement(pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
     from store import claims
 
-    name = plans._plans[id(claims.TAKE_AND_CLAIM)].name
+    name = claims.TAKE_AND_CLAIM.plan.name
     admin = Store.connect(pg_url)
     with admin._transaction() as conn:
         conn.execute(text(f"DROP FUNCTION {name}"))
@@ -96,7 +98,36 @@ def test_a_missing_function_falls_back_to_the_plain_statement(pg_url: str, caplo
 
 
 def test_every_registered_statement_compiles_into_a_function() -> None:
-    assert len(plans._plans) >= 8
-    for plan in plans._plans.values():
+    assert len(plans.registered()) >= 8
+    for plan in plans.registered():
         assert plan.create.startswith(f"CREATE OR REPLACE FUNCTION {plan.name}(")
         assert "%(" not in plan.create and plan.call.count("%(") == len(plan.params)
+
+
+def test_the_migrations_define_each_function_as_the_code_compiles_it() -> None:
+    """The function a statement runs as is schema: when a statement changes (or goes), a new
+    migration must say so. ``python -m store.migrate`` prints what it must define."""
+    expected = {plan.name: plan.create for plan in plans.registered()}
+    written = migrate.plan_functions()
+    assert sorted(written) == sorted(expected), "a plan function the code does not call, or one no migration creates"
+    for name, create in expected.items():
+        assert written[name] == create, f"{name} changed: run python -m store.migrate and write the next migration"
+
+
+def test_the_migrations_alone_create_exactly_the_functions_the_code_calls(pg_template: str) -> None:
+    name = f"wakeful_t_{uuid.uuid4().hex[:12]}"
+    store = Store.connect(create_pg_database(name))
+    try:
+        migrate.upgrade(store.engine, "0010")
+        with store.engine.connect() as conn:
+            assert not conn.execute(text("SELECT count(*) FROM pg_proc WHERE proname LIKE 'wakeful_plan_%'")).scalar()
+        migrate.upgrade(store.engine)  # Alembic alone, not Store.migrate's restore
+        with store.engine.connect() as conn:
+            names = conn.execute(text("SELECT proname FROM pg_proc WHERE proname LIKE 'wakeful_plan_%'")).scalars()
+            assert sorted(names) == sorted(plan.name for plan in plans.registered())
+        migrate.command.downgrade(migrate.config(store.engine), "0010")
+        with store.engine.connect() as conn:
+            assert not conn.execute(text("SELECT count(*) FROM pg_proc WHERE proname LIKE 'wakeful_plan_%'")).scalar()
+    finally:
+        store.dispose()
+        drop_pg_database(name)

@@ -89,8 +89,8 @@ def test_the_claim_keeps_its_index_under_a_generic_plan(history: Store) -> None:
     for any parameters: the status tests are literals, so even that plan of the claim's own
     UPDATE reads live rows through ix_events_live and never scans the inbox's history (also
     with the lease write in front of it, as start_run sends it)."""
-    for statement, values in ((CLAIM, CLAIM_VALUES),
-                              (TAKE_AND_CLAIM, {**CLAIM_VALUES, "p_holder": "w", "p_until": 1, "p_took_over": 0})):
+    for statement, values in ((CLAIM.statement, CLAIM_VALUES),
+                              (TAKE_AND_CLAIM.statement, {**CLAIM_VALUES, "p_holder": "w", "p_until": 1, "p_took_over": 0})):
         plan = generic_plan(history, statement, values)
         assert "ix_events_live" in plan and "uq_events_key" not in plan, plan
         assert "Seq Scan on events" not in plan, plan
