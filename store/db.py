@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from contextlib import AbstractContextManager, contextmanager
 
 from typing import Any
