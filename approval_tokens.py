@@ -1,7 +1,7 @@
 """Signed, expiring approval tokens bound to one (inbox, request_id): a leaf module (the
-standard library only), so the web edge that checks a link and the runtime that mints one
-(tasks/approval_links.py) and checks an answer (tasks/approvals.py) share one format, each
-passing its own keys in.
+standard library and errors.py only), so the web edge that checks a link and the runtime
+that mints one (tasks/approval_links.py) and checks an answer (tasks/approvals.py) share one
+format, each passing its own keys in.
 
 Format: ``<expires>.<base64url HMAC-SHA256(key, canonical(purpose, inbox, request_id, expires))>``,
 where ``canonical`` is a JSON array, so no choice of inbox or request id can collide with
@@ -38,14 +38,22 @@ import time
 from collections.abc import Sequence
 from urllib.parse import quote
 
+from errors import WakefulError
+
 PURPOSE = "wakeful-approval/1"
 SELF = "self"  # the inbox's own user: the approver of a link that names none
 ANSWER_PURPOSE = "wakeful-approval-answer/1"
 _MAX_EXPIRY_DIGITS = 12
 
 
-class NoSecret(ValueError):
+class NoSecret(WakefulError, ValueError):
     """No key to sign with: WAKEFUL_APPROVAL_SECRET is not set."""
+
+
+class NotAuthorized(WakefulError):
+    """An approval answer its token does not authorise (missing, expired, for another
+    approval, answer or approver, or no secret to check it with): not a malformed event,
+    a caller without the right to answer."""
 
 
 def _mac(key: str, inbox: str, request_id: str, expires: int, approver: str | None = None) -> bytes:

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from approval_tokens import check_token
+from approval_tokens import NotAuthorized, check_token
 from store import InvalidEvent
 
 from tasks.application import app
@@ -44,7 +44,7 @@ def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = Non
             raise InvalidEvent("by must be the approver named in the link (a string)")
         _authorize(inbox, request_id, answer, token, approver)
         outcome = store.answer_approval(inbox, request_id, answer, by=approver)
-    except (InvalidEvent, ValueError, TypeError) as exc:
+    except (NotAuthorized, InvalidEvent, ValueError, TypeError) as exc:
         # Never the token in the record or the log: it is a credential.
         store.record_rejection("task:wakeful.answer_approval", str(exc), inbox=inbox,
                                source="approval", source_id=request_id,
@@ -60,19 +60,19 @@ def _authorize(inbox: Any, request_id: Any, answer: Any, token: Any, approver: s
     if not isinstance(inbox, str) or not isinstance(request_id, str):
         raise InvalidEvent("inbox and request_id must be strings")
     if not isinstance(token, str) or not token:
-        raise InvalidEvent("an approval answer needs the token from its link")
+        raise NotAuthorized("an approval answer needs the token from its link")
     secrets = approval_keys()
     if not secrets:
-        raise InvalidEvent("WAKEFUL_APPROVAL_SECRET is not set: approvals are answered only "
-                           "with `wakeful answer`")
+        raise NotAuthorized("WAKEFUL_APPROVAL_SECRET is not set: approvals are answered only "
+                            "with `wakeful answer`")
     now = int(time.time())
     problem = check_token(token, inbox, request_id, secrets=secrets, now=now, answer=str(answer),
                           approver=approver)
     if problem == "expired_token":
-        raise InvalidEvent("this approval token has expired")
+        raise NotAuthorized("this approval token has expired")
     if problem is None:
         return
     if check_token(token, inbox, request_id, secrets=secrets, now=now, approver=approver) is None:
-        raise InvalidEvent("this is the link's token, which covers any answer: send the answer's "
-                           "own token, approval_tokens.answer_token(link_token, answer)")
-    raise InvalidEvent("this token is not valid for this approval and answer")
+        raise NotAuthorized("this is the link's token, which covers any answer: send the answer's "
+                            "own token, approval_tokens.answer_token(link_token, answer)")
+    raise NotAuthorized("this token is not valid for this approval and answer")

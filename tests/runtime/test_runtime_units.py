@@ -291,3 +291,20 @@ def test_a_drainer_rings_for_help_only_once_it_has_drained_for_a_while(
         summary = runs._drain_backlog(store, lambda run: None, "W", deadline, runs.Drain(deadline, skip=[]))
     assert summary["inboxes"] == 6 and all(store.status(f"d{n}").holder is None for n in range(6))
     assert len(rung) == rings
+
+
+def test_an_answer_its_token_does_not_authorise_is_refused_as_not_authorized(monkeypatch) -> None:
+    """A wrong, missing or expired token is a caller without the right to answer, not a
+    malformed event: its own error (still recorded and answered with one line)."""
+    from approval_tokens import NotAuthorized
+    from errors import WakefulError
+    from store import InvalidEvent
+    from tasks import approvals
+
+    monkeypatch.setattr(approvals, "approval_keys", lambda: ("k1",))
+    for token in ("forged", ""):
+        with pytest.raises(NotAuthorized) as refused:
+            approvals._authorize("a", "r1", "yes", token, "self")
+        assert isinstance(refused.value, WakefulError) and not isinstance(refused.value, InvalidEvent)
+    with pytest.raises(InvalidEvent):
+        approvals._authorize(1, "r1", "yes", "forged", "self")  # malformed: still an invalid event
