@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import click
 from celery import Celery
-from celery.signals import beat_init, celeryd_init, worker_process_init
+from celery.signals import beat_init, celeryd_init
 
 import telemetry
 from settings import RuntimeSettings, for_process
@@ -118,13 +118,3 @@ def _init_embedded(**_kwargs) -> None:
         embedded.migrate_store(settings.store_url, settings.store_options())
     if settings.embedded_broker:
         embedded.init(app, QUEUES)
-
-
-@worker_process_init.connect
-def _fresh_store_in_child(**_kwargs) -> None:
-    # Never use a connection opened before the fork (FIELD-NOTES: protocol errors and
-    # ambiguous commits). The store is created on first use in this child.
-    from tasks.runtime import forget_store
-
-    forget_store()
-

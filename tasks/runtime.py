@@ -15,7 +15,7 @@ import socket
 import threading
 from typing import Any
 
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_init
 
 from store import Store
 
@@ -80,6 +80,13 @@ def get_store() -> Store:
                                    **settings.store_options())
             _pid = os.getpid()
         return _store
+
+
+@worker_process_init.connect
+def _fresh_store_in_child(**_kwargs: Any) -> None:
+    # Never use a connection opened before the fork (FIELD-NOTES: protocol errors and
+    # ambiguous commits). The store is created on first use in this child.
+    forget_store()
 
 
 def forget_store() -> None:

@@ -37,6 +37,7 @@ from store.approvals import channel_variable
 from agent import import_callable
 
 from settings import RuntimeSettings
+from tasks.channels.fields import as_fields  # noqa: F401 - a channel's JSON form, as before
 
 Send = Callable[[OutgoingMessage], None]
 
@@ -67,14 +68,6 @@ def load_channel(spec: str, settings: RuntimeSettings) -> Send:
 
 def delivery_of(send: Send) -> str:
     return getattr(send, "delivery", AT_LEAST_ONCE)
-
-
-def as_fields(message: OutgoingMessage) -> dict[str, Any]:
-    """The message as JSON: the merged text and, per item, its kind and fields."""
-    return {"inbox": message.inbox, "key": message.key, "kind": message.kind, "body": message.body,
-            "urgent": message.urgent, "message_ids": list(message.message_ids),
-            "messages": [{"id": i.id, "kind": i.kind, "body": i.body, "urgent": i.urgent,
-                          "fields": i.fields} for i in message.items]}
 
 
 class Router:

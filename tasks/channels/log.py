@@ -10,6 +10,8 @@ import time
 from store import AT_LEAST_ONCE, OutgoingMessage
 from store.display import safe
 
+from tasks.channels.fields import as_fields
+
 log = logging.getLogger("wakeful.outbox")
 
 
@@ -53,8 +55,6 @@ class JsonlChannel:
         self.path = path
 
     def __call__(self, message: OutgoingMessage) -> None:
-        from tasks.channels import as_fields
-
         line = json.dumps({**as_fields(message), "sent_at": time.time()})
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         # O_APPEND: lines from several worker processes never interleave (each write is one

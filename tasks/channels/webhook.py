@@ -2,8 +2,8 @@
 
 ``Idempotency-Key`` is the dispatch key, the same on every resend of the same rows, so the
 receiver can drop the duplicate an at-least-once resend produces. The JSON is
-``tasks.channels.as_fields``: the merged ``body`` and ``kind``, and ``messages`` with each
-one's kind and fields (an approval's tool, input, words, deadline and link). Transient failures
+``tasks.channels.fields.as_fields``: the merged ``body`` and ``kind``, and ``messages`` with
+each one's kind and fields (an approval's tool, input, words, deadline and link). Transient failures
 (connection errors, timeouts, 408, 429, 5xx) are retried with exponential backoff; any other
 answer is final. Raising tells the store the message was not sent.
 """
@@ -17,6 +17,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 
 from store import AT_LEAST_ONCE, OutgoingMessage
+
+from tasks.channels.fields import as_fields
 
 log = logging.getLogger("wakeful.outbox.webhook")
 
@@ -60,8 +62,6 @@ class WebhookChannel:
                                     headers=headers)
 
     def __call__(self, message: OutgoingMessage) -> None:
-        from tasks.channels import as_fields
-
         body = as_fields(message)
         headers = {"Idempotency-Key": message.key}
         for attempt in range(1, self.attempts + 1):

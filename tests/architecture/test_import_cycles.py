@@ -76,7 +76,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 # The packages held to it. agent/ (agent.claude <-> agent.config ...) and tasks/
 # (tasks.channels <-> its channel modules) still have cycles of their own (issue 26).
-ACYCLIC = ("store",)
+ACYCLIC = ("store", "tasks")
 
 
 def test_no_import_cycle_among_our_modules() -> None:
