@@ -40,11 +40,10 @@ from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunSte
 from store.spend import Budget, Usage, Verdict
 
 from agent import Agent, LeaseLost, Run, TryLater, load_agent, summary_of
-from tasks.application import app
+from tasks.application import app, runtime_settings
 from tasks import doorbell, faults, isolation, runtime
 from tasks.lease_keeper import keeper
 from tasks.runtime import get_store, holder_name
-from tasks.application import runtime_settings
 
 log = logging.getLogger("wakeful.runs")
 T = TypeVar("T")
