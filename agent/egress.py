@@ -18,6 +18,8 @@ Imports the store and httpx only (anthropic when asked for its client); never Ce
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -57,8 +59,16 @@ class Unavailable(EgressError, TryLater):
 
 
 def proxy_url(env: Mapping[str, str] | None = None) -> str:
-    """Where a worker reaches the proxy: the URL the proxy listens on."""
-    return ProxySettings.from_env(env).url
+    """Where a worker reaches the proxy: the URL the proxy listens on. Asked on every run
+    that uses the proxy: the settings are parsed once per value of the proxy's variables,
+    not from the whole environment on each run."""
+    env = os.environ if env is None else env
+    return _proxy_url(tuple(sorted((k, v) for k, v in env.items() if k.upper().startswith("WAKEFUL_PROXY_"))))
+
+
+@functools.lru_cache(maxsize=8)
+def _proxy_url(variables: tuple[tuple[str, str], ...]) -> str:
+    return ProxySettings.from_env(dict(variables)).url
 
 
 @dataclass(frozen=True)
