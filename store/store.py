@@ -28,6 +28,7 @@ from .db import clock, create, lock_timed_out, transaction
 from .dialects import Dialect
 from .records import (
     Approval,
+    Dispatched,
     Event,
     Fired,
     InboxStatus,
@@ -339,10 +340,10 @@ class Store:
         with self._transaction() as conn:
             return approvals.answer(conn, self.settings, inbox, request_id, answer, clock(conn, now), by)
 
-    def approver_inboxes(self, inbox: str) -> list[str]:
-        """The operator inboxes that hold requests for ``inbox``'s approvals still waiting."""
+    def approver_inboxes(self, *inboxes: str) -> list[str]:
+        """The operator inboxes that hold requests for these inboxes' approvals still waiting."""
         with self._transaction() as conn:
-            return approvals.approver_inboxes(conn, inbox)
+            return approvals.approver_inboxes(conn, inboxes)
 
     def approvals(self, inbox: str | None = None, *, pending_only: bool = True) -> list[Approval]:
         with self._transaction() as conn:
@@ -351,8 +352,18 @@ class Store:
     # -- outbox --------------------------------------------------------------------------
 
     def dispatch(self, inbox: str, send: Callable[[OutgoingMessage], Any], *, now: int | None = None) -> int:
-        """Send the held messages as one; returns how many were sent (0 inside the gap)."""
-        return outbox.dispatch(self._transaction, self.settings, inbox, send, now)
+        """Send the held messages as one; returns how many were sent (0 inside the gap). A
+        send that raises is raised here, its messages held for the next dispatch."""
+        done = outbox.dispatch(self._transaction, self.settings, [inbox], send, now)
+        if inbox in done.failed:
+            raise done.failed[inbox]
+        return done.sent
+
+    def dispatch_many(self, inboxes: Iterable[str], send: Callable[[OutgoingMessage], Any], *,
+                      now: int | None = None) -> Dispatched:
+        """``dispatch`` for many inboxes at once, a claim and a mark per hundred of them; an
+        inbox whose send raises is named in ``failed`` and the others go on."""
+        return outbox.dispatch(self._transaction, self.settings, list(inboxes), send, now)
 
     def outbox_due(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
         with self._transaction() as conn:
