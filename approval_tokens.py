@@ -1,7 +1,8 @@
 """Signed, expiring approval tokens bound to one (inbox, request_id): a leaf module (the
-standard library and errors.py only), so the web edge that checks a link and the runtime
-that mints one (tasks/approval_links.py) and checks an answer (tasks/approvals.py) share one
-format, each passing its own keys in.
+standard library, errors.py and settings.py's ``SettingsError`` only), so the web edge that checks a
+link (web/approvals.py) and the runtime that mints one (tasks/approval_links.py) and checks
+an answer (tasks/approvals.py) share one format, each passing in its own keys and lifetime
+from the settings its process loaded at its start.
 
 Format: ``<expires>.<base64url HMAC-SHA256(key, canonical(purpose, inbox, request_id, expires))>``,
 where ``canonical`` is a JSON array, so no choice of inbox or request id can collide with
@@ -39,6 +40,7 @@ from collections.abc import Sequence
 from urllib.parse import quote
 
 from errors import WakefulError
+from settings import SettingsError
 
 PURPOSE = "wakeful-approval/1"
 SELF = "self"  # the inbox's own user: the approver of a link that names none
@@ -46,7 +48,7 @@ ANSWER_PURPOSE = "wakeful-approval-answer/1"
 _MAX_EXPIRY_DIGITS = 12
 
 
-class NoSecret(WakefulError, ValueError):
+class NoSecret(SettingsError):
     """No key to sign with: WAKEFUL_APPROVAL_SECRET is not set."""
 
 

@@ -33,7 +33,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, Setting
 import errors
 
 PREFIX = "WAKEFUL_"
-# WAKEFUL_AGENT's short names (agent.BUILTIN); anything else is module:callable.
+# WAKEFUL_AGENT's short names (agent.loading.BUILTIN); anything else is module:callable.
 BUILTIN_AGENTS = ("claude", "demo")
 AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
 REDIS_SCHEMES = ("redis://", "rediss://", "redis+socket://")

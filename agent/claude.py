@@ -38,12 +38,13 @@ from store import Effect, Event, Message, Outcome, Timer
 from store.effects import defang, idempotency_key
 from store.spend import Usage
 
-from agent import BudgetReached, Run
-from agent.outage import TryLater, is_transient, retry_after
 from agent import config as config_module
 from agent import policy, tools, wakes
 from agent.config import RUN_GRANT_TTL, AgentConfig
 from agent.conversation import MEMORY_KEY, Conversation, tool_result
+from agent.outage import TryLater, is_transient, retry_after
+from agent.run import BudgetReached, Run
+from agent.tool import ToolCall
 
 log = logging.getLogger("wakeful.agent.claude")
 LOG_KEY = "claude_runs"  # memory: the last runs' model calls, tokens and tool decisions
@@ -300,7 +301,7 @@ class ClaudeRun:
             if answer is not None:
                 return tool_result(use_id, *answer)
         if d.kind == "inline":
-            call = tools.ToolCall(use_id, name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
+            call = ToolCall(use_id, name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
             with telemetry.execute_tool(name, use_id):
                 result = tools.run(d.tool, tool_input, call, self.cfg)
                 telemetry.annotate(**{"error.type": "tool_error" if result["is_error"] else None})

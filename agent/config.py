@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,10 @@ from store.validate import RUNTIME_SOURCES
 
 from store.spend import Budget
 
-from agent import budgets, import_callable, importable_from
+from agent import budgets
+from agent.loading import BUILTIN, builtin, importable_from
 from agent.sources import ToolSource, parser_for, table_of
+from agent.tool import Tool
 
 ENV = "WAKEFUL_AGENT_CONFIG"
 POLICIES = ("allow", "deny", "ask")
@@ -58,45 +59,6 @@ TOOL_SETTINGS = {"policy", "effect", "description", "input_schema", "approval_tt
 
 class ConfigError(ValueError):
     """The agent's configuration is wrong; the message names the file and the tool."""
-
-
-@dataclass(frozen=True)
-class Tool:
-    """One tool as the policy, the model and the executor see it, whatever runs it."""
-
-    name: str
-    policy: str  # allow, deny or ask
-    effect: str  # read (runs inline, may run again after a crash) or write (after the commit)
-    description: str
-    input_schema: dict[str, Any]
-    delivery: str = "at-least-once"
-    approval_ttl: int = 3600
-    call: str | None = None  # "module:callable"
-    route: str | None = None  # an HTTP tool through the egress proxy (agent/egress.py)
-    method: str = "GET"
-    path: str = "/"
-    routes: tuple[str, ...] = ()  # the routes a Python tool reaches with call.http(route)
-    # Its answers reach the model as the owner's words (not data, no taint): declared only
-    # for a tool whose output no outsider can write.
-    trusted_output: bool = False
-    # Who gets an ask's link (store/approvals.py): None takes [agent] approver.
-    approver: str | None = None
-    # The source that runs it (agent/sources.py): "python", "http", "mcp.NAME", "wakes".
-    # Left empty, it is "python" for a call and "http" for a route.
-    source: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.source:
-            object.__setattr__(self, "source", "http" if self.route else "python")
-
-    @property
-    def grant_routes(self) -> tuple[str, ...]:
-        """The egress routes a grant for this tool must cover."""
-        return (self.route,) if self.route else self.routes
-
-    def function(self) -> Callable[..., Any]:
-        assert self.call is not None
-        return import_callable(self.call)
 
 
 @dataclass(frozen=True)
@@ -192,10 +154,9 @@ def for_worker(agent_spec: str) -> AgentConfig | None:
     """What a worker hosting ``agent_spec`` (``WAKEFUL_AGENT``) loads at its start: the config
     the claude agent requires, or any other agent's tools when ``WAKEFUL_AGENT_CONFIG`` is set
     (its tool kit and the effect executor read them)."""
-    from agent import BUILTIN
-
-    cfg = current(required=BUILTIN.get(agent_spec, agent_spec) == BUILTIN["claude"])
-    if cfg is not None and not cfg.model and BUILTIN.get(agent_spec, agent_spec) == BUILTIN["claude"]:
+    claude = builtin(agent_spec) == BUILTIN["claude"]
+    cfg = current(required=claude)
+    if cfg is not None and not cfg.model and claude:
         raise ConfigError(f"{cfg.path}: the claude agent needs an [agent] table with `model`")
     return cfg
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from store import ApprovalRequest, Event, Message, Outcome, Timer
 
-from agent import Run
+from agent.run import Run
 
 
 def agent(run: Run) -> Outcome:

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent.tools import ToolCall
+from agent.tool import ToolCall
 
 
 def lookup_order(tool_input: dict[str, Any], call: ToolCall) -> dict[str, Any]:

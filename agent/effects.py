@@ -29,7 +29,8 @@ from store.effects import Effects
 
 from agent import tools, wakes
 from agent.outage import TryLater
-from agent.config import AgentConfig, Tool
+from agent.config import AgentConfig
+from agent.tool import Tool, ToolCall
 
 log = logging.getLogger("wakeful.agent.effects")
 
@@ -102,8 +103,8 @@ def _listed_for(book: Effects, cfg: AgentConfig, effect: EffectRow) -> Tool | No
         return cfg.tools.get(effect.tool)
 
 
-def _call(effect: EffectRow) -> tools.ToolCall:
-    return tools.ToolCall(id=effect.tool_use_id, name=effect.tool, inbox=effect.inbox,
+def _call(effect: EffectRow) -> ToolCall:
+    return ToolCall(id=effect.tool_use_id, name=effect.tool, inbox=effect.inbox,
                           idempotency_key=effect.idempotency_key, attempt=effect.attempts)
 
 

@@ -11,7 +11,7 @@ The runtime mints a grant (store/grants.py) and wraps it in an ``Egress``:
 ``Egress.anthropic_client()`` an ``anthropic.Anthropic`` whose API key is the grant (the proxy
 takes it from ``Authorization: Bearer`` and sends the real key instead). Tools reach the
 current grant through ``using(egress)`` (a context variable) and ``client(route, call)``,
-which is what ``ToolCall.http(route)`` returns (agent/tools.py).
+which is what ``ToolCall.http(route)`` returns (agent/tool.py).
 
 Imports the store and httpx only (anthropic when asked for its client); never Celery.
 """

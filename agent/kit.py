@@ -42,10 +42,12 @@ from typing import Any
 from store import Effect, Event, Message, Outcome
 from store.effects import defang, idempotency_key
 
-from agent import Run, policy, tools, wakes
-from agent.config import RUN_GRANT_TTL, AgentConfig, Tool, current
+from agent import policy, tools, wakes
+from agent.config import RUN_GRANT_TTL, AgentConfig, current
 from agent.conversation import Conversation
 from agent.effects import refuse_unrunnable
+from agent.run import Run
+from agent.tool import Tool, ToolCall
 
 __all__ = ["ToolResult", "ToolUse", "Toolkit"]
 
@@ -201,7 +203,7 @@ class Toolkit:
         return ToolUse(use_id, name, "asked" if ask else "proposed", why=d.reason)
 
     def _inline(self, tool: Tool, input: dict[str, Any], use_id: str) -> ToolUse:
-        call = tools.ToolCall(use_id, tool.name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
+        call = ToolCall(use_id, tool.name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
         with self._egress(tool.grant_routes):
             result = tools.run(tool, input, call, self.config)
         text = self._output(use_id, tool.name, result["content"])

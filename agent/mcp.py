@@ -65,10 +65,11 @@ from typing import Any
 import jsonschema
 
 from settings import SettingsError, read_toml
-from agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, Tool, checked_table,
-                          positive_int, tool_settings)
+from agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, checked_table, positive_int,
+                          tool_settings)
 from agent.outage import NOT_ACTED_ON, is_transient, retry_after
 from agent.sources import ToolSource, register_table
+from agent.tool import Tool
 
 log = logging.getLogger("wakeful.agent.mcp")
 

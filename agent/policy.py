@@ -27,9 +27,10 @@ import jsonschema
 
 from store import Event
 
-from agent.config import RUNTIME_TOOLS, AgentConfig, Tool
-from agent.conversation import as_data, cut
 from agent import wakes
+from agent.config import RUNTIME_TOOLS, AgentConfig
+from agent.conversation import as_data, cut
+from agent.tool import Tool
 
 Kind = Literal["runtime", "refuse", "inline", "effect", "ask"]
 

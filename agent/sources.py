@@ -1,6 +1,6 @@
 """Tool sources: where the tools an agent may call come from, and what runs one.
 
-A source lists its tools (each a :class:`agent.config.Tool`: name, description, input
+A source lists its tools (each a :class:`agent.tool.Tool`: name, description, input
 schema, read or write, the policy the config gives it) and calls one. Python callables and
 HTTP routes (``[tools.NAME]``, agent/tools.py) are sources; so are MCP servers
 (``[mcp.NAME]``) and the runtime's timers (``[wakes]``). Everything above a source is the
@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # agent/config.py imports this module: no import cycle at run time
-    from agent.config import Tool
-    from agent.tools import ToolCall
+from agent.tool import Tool, ToolCall
 
 __all__ = ["BUILTIN_KINDS", "TableParser", "ToolSource", "parser_for", "register_table", "table_of"]
 

@@ -1,6 +1,7 @@
-"""Running a configured tool: the ``ToolCall`` a tool receives, ``run`` (the one way every
-caller runs a tool: the claude loop's inline reads, the tool kit, the executor), and the
-two sources of ``[tools.NAME]`` tables: Python callables and HTTP routes.
+"""Running a configured tool: ``run`` (the one way every caller runs a tool: the claude
+loop's inline reads, the tool kit, the executor), and the two sources of ``[tools.NAME]``
+tables: Python callables and HTTP routes. What a tool is and the ``ToolCall`` it receives
+are in agent/tool.py.
 
 A Python tool is ``call = "module:callable"`` taking ``(input: dict, call: ToolCall)`` and
 returning a ``str`` or a JSON-able ``dict``. An HTTP tool is ``route`` / ``method`` /
@@ -16,33 +17,16 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from agent import import_callable
-from agent.config import TOOL_SETTINGS, AgentConfig, ConfigError, Tool, checked_table, tool_settings
+from agent.config import TOOL_SETTINGS, AgentConfig, ConfigError, checked_table, tool_settings
+from agent.loading import import_callable
 from agent.outage import TryLater
 from agent.sources import ToolSource, register_table
+from agent.tool import Tool, ToolCall
 
 log = logging.getLogger("wakeful.agent.tools")
 RESULT_MAX = 20_000  # characters of one tool result kept (and shown to the model)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One tool use, as the tool sees it."""
-
-    id: str  # the model's tool_use id
-    name: str
-    inbox: str
-    idempotency_key: str  # the same on every try of this tool use: pass it on to the service
-    attempt: int = 1
-
-    def http(self, route: str) -> Any:
-        """A client for ``route`` through the egress proxy, bound to this call (agent/egress.py)."""
-        from agent import egress  # type: ignore[attr-defined]  # provided by the egress proxy's kit
-
-        return egress.client(route, self)
 
 
 def run(tool: Tool, input: dict[str, Any], call: ToolCall,

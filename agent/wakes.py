@@ -35,8 +35,9 @@ from store import Event, Timer, validate
 from settings import StoreSettings
 from store.timers import WAKE_PREFIX, Wakes, next_cron
 
-from agent.config import POLICIES, ConfigError, Tool, no_unknown_keys, positive_int
+from agent.config import POLICIES, ConfigError, no_unknown_keys, positive_int
 from agent.sources import ToolSource, register_table
+from agent.tool import Tool
 
 SOURCE = "wakes"
 NOTE_MAX = 2000

@@ -12,11 +12,12 @@ def check() -> None:
     from settings import RuntimeSettings, for_process
 
     settings = for_process(RuntimeSettings, "wakeful check")  # a bad one: one line, exit 2
-    from agent import BUILTIN, load_agent
+    from agent import load_agent
+    from agent.loading import BUILTIN, builtin
     from agent.config import ConfigError, for_worker
 
     try:
-        claude = BUILTIN.get(settings.agent, settings.agent) == BUILTIN["claude"]
+        claude = builtin(settings.agent) == BUILTIN["claude"]
         if not claude:
             load_agent(settings.agent)
             typer.echo(f"agent: {settings.agent}")

@@ -357,9 +357,12 @@ class Demo:
 
     # --- helpers --------------------------------------------------------------------
     def _answer(self, inbox: str, request_id: str, answer: str) -> str:
-        from web.tokens import answer_token, make_token
+        from approval_tokens import answer_token, make_token
+        from tasks.application import runtime_settings
 
-        link_token = make_token(inbox, request_id, secret=DEMO_ENV["WAKEFUL_APPROVAL_SECRET"])
+        settings = runtime_settings()  # DEMO_ENV's, loaded by this process's Celery app
+        link_token = make_token(inbox, request_id, secret=settings.approval_secrets,
+                                expires_in=settings.approval_token_ttl)
         token = answer_token(link_token, answer)
         result = self.app.send_task("wakeful.answer_approval", kwargs={
             "inbox": inbox, "request_id": request_id, "answer": answer, "token": token},

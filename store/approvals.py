@@ -9,7 +9,7 @@ late yes is told ``expired`` even when the scheduler is behind.
 the request goes to the inbox's outbox), ``inbox:NAME`` (another inbox's outbox: an
 operator), or ``channel:NAME`` (the named outbox channel ``WAKEFUL_CHANNEL_NAME``). For
 another approver, the requester's outbox gets a notice without the link, and another once the
-answer is settled. The link is signed for its approver (web/tokens.py), and the answer stores
+answer is settled. The link is signed for its approver (approval_tokens.py), and the answer stores
 who gave it (``by``) in the answer's event.
 """
 

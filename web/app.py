@@ -18,11 +18,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 import telemetry
-from settings import WebSettings
+from settings import RuntimeSettings, WebSettings
 
 from . import approvals, ops, receivers
 from .access_log import AccessLog
-from .edge import Check, Edge, Ring, _default_store
+from .edge import Check, Edge, Ring, runtime_store
 from .hooks import HookSecrets, loader as hook_loader
 
 
@@ -63,12 +63,15 @@ def create_app(
     - ``settings``: default ``WebSettings.from_env()`` (secrets, limits, tolerance).
     - ``broker_check``: raises when the broker is down; default: connect to the runtime's broker.
     - ``clock``: seconds since the epoch; signatures' timestamps and tokens are judged by it.
+
+    Called with no settings or store (``uvicorn --factory``), it is the process's start: it
+    loads what it is not given from the environment here, once; nothing below reads it.
     """
     settings = settings or WebSettings.from_env()
     telemetry.setup("web")  # traces, when an exporter is configured (docs/operating.md)
     edge = Edge(
         settings=settings,
-        store_factory=(lambda: store) if store is not None else _default_store,
+        store_factory=(lambda: store) if store is not None else runtime_store(RuntimeSettings.from_env()),
         ring_fn=ring,
         broker_check=broker_check,
         clock=clock or time.time,

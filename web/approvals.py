@@ -26,12 +26,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from approval_tokens import SELF, check_token
 from store import display
 
 from .body import parse_object, read_bounded
 from .edge import Context, Edge, guarded
 from .refusals import Refused
-from .tokens import SELF, check_token
 
 ANSWERS = ("yes", "no")
 

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from settings import WebSettings
+from settings import RuntimeSettings, WebSettings
 from store.budget import WriteBudget
 
 from .refusals import Refused, excerpt, storable
@@ -44,13 +44,16 @@ def _default_ring() -> Ring:
     return ring
 
 
-def _default_store():  # type: ignore[no-untyped-def]
-    # The runtime's settings: web and workers can never point at different databases.
-    from settings import RuntimeSettings
-    from store import Store
+def runtime_store(runtime: RuntimeSettings) -> Callable[[], Any]:
+    """A store factory for the runtime's database (web and workers can never point at
+    different databases), connected when the serving process first needs it."""
 
-    runtime = RuntimeSettings.from_env()
-    return Store.connect(runtime.store_url, **runtime.store_options())
+    def connect() -> Any:
+        from store import Store
+
+        return Store.connect(runtime.store_url, **runtime.store_options())
+
+    return connect
 
 
 @dataclass
@@ -67,7 +70,7 @@ class Context:
 @dataclass
 class Edge:
     settings: WebSettings
-    store_factory: Callable[[], Any] = _default_store
+    store_factory: Callable[[], Any]
     ring_fn: Ring | None = None
     broker_check: Check | None = None
     clock: Callable[[], float] = time.time

@@ -34,7 +34,7 @@ from typing import Any
 from store import AT_LEAST_ONCE, OutgoingMessage
 from store.approvals import channel_variable
 
-from agent import import_callable
+from agent.loading import import_callable
 
 from settings import RuntimeSettings
 from tasks.channels.fields import as_fields  # noqa: F401 - a channel's JSON form, as before

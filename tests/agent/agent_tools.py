@@ -8,7 +8,7 @@ import os
 import signal
 from typing import Any
 
-from agent.tools import ToolCall
+from agent.tool import ToolCall
 
 
 def _log(call: ToolCall, tool_input: dict[str, Any]) -> int:

@@ -150,7 +150,7 @@ def test_the_approver_keys_are_checked(write_config: Any) -> None:
 
 
 def test_the_approval_token_binds_its_approver() -> None:
-    from web.tokens import answer_token, approval_link, check_token, make_token
+    from approval_tokens import answer_token, approval_link, check_token, make_token
 
     ops = make_token("cust", "toolu_1", approver="inbox:ops", secret=SECRET, now=0, expires_in=60)
     own = make_token("cust", "toolu_1", secret=SECRET, now=0, expires_in=60)
@@ -165,9 +165,10 @@ def test_the_approval_token_binds_its_approver() -> None:
     assert check_token(no, "cust", "toolu_1", approver="inbox:ops", answer="no", **ok) is None
     assert check_token(no, "cust", "toolu_1", approver="inbox:ops", answer="yes", **ok) == "bad_token"
     assert check_token(no, "cust", "toolu_1", answer="no", **ok) == "bad_token"
-    link = approval_link("cust", "toolu_1", approver="inbox:ops", base_url="https://x", secret=SECRET)
+    link = approval_link("cust", "toolu_1", approver="inbox:ops", base_url="https://x", secret=SECRET,
+                         expires_in=60)
     assert re.search(r"\?token=\d+\.[\w-]+&by=inbox%3Aops$", link)
-    assert "by=" not in approval_link("cust", "toolu_1", base_url="https://x", secret=SECRET)
+    assert "by=" not in approval_link("cust", "toolu_1", base_url="https://x", secret=SECRET, expires_in=60)
 
 
 def test_an_operators_merged_message_links_each_request_to_its_own_inbox(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,8 @@ import pytest
 
 from agent import mcp
 from agent.config import ConfigError, load, parse
-from agent.tools import ToolCall, run
+from agent.tool import ToolCall
+from agent.tools import run
 
 HERE = Path(__file__).parent
 SERVER = str(HERE / "mcp_servers.py")

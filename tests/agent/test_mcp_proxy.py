@@ -26,7 +26,8 @@ import pytest
 
 from agent import egress
 from agent.config import parse
-from agent.tools import ToolCall, run
+from agent.tool import ToolCall
+from agent.tools import run
 from cli.processes import Processes, free_port, wait_for
 from store import Store
 from store.effects import Effects

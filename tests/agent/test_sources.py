@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from agent import policy
-from agent.config import ConfigError, Tool, load, tool_settings
+from agent.config import ConfigError, load, tool_settings
 from agent.sources import ToolSource, register_table
-from agent.tools import ToolCall, run
+from agent.tool import Tool, ToolCall
+from agent.tools import run
 from agent_support import write_config
 
 

@@ -96,7 +96,7 @@ def test_a_toml_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tm
 
 
 def test_the_agents_short_names_are_the_agent_packages() -> None:
-    from agent import BUILTIN
+    from agent.loading import BUILTIN
     from settings import BUILTIN_AGENTS
 
     assert set(BUILTIN) == set(BUILTIN_AGENTS)

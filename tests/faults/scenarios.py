@@ -387,9 +387,9 @@ def approvals_at_deadline(make_stack: MakeStack, rng: random.Random, scale: int 
 
     def answer(inbox: str, rid: str, at: float, said: str) -> None:
         time.sleep(max(0.0, at - (time.time() + offset)))
-        from web.tokens import answer_token, make_token  # an answer by task carries its own token
+        from approval_tokens import answer_token, make_token  # an answer by task carries its own token
 
-        token = answer_token(make_token(inbox, rid, secret="faults-approval-secret"), said)
+        token = answer_token(make_token(inbox, rid, secret="faults-approval-secret", expires_in=3600), said)
         result = s.client.send_task("wakeful.answer_approval", kwargs={
             "inbox": inbox, "request_id": rid, "answer": said, "token": token}, ignore_result=False
         ).get(timeout=60, interval=0.05)

@@ -11,7 +11,7 @@ import pytest
 import redis
 from hostile_support import APPROVAL_SECRET
 
-from web.tokens import answer_token, make_token
+from approval_tokens import answer_token, make_token
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.processes]
 
@@ -32,19 +32,19 @@ def test_anyone_on_the_broker_cannot_approve(doors) -> None:
 
     no_token = call("wakeful.answer_approval", inbox="ops", request_id="rollback-7", answer="yes")
     assert no_token["outcome"] is None and "needs the token" in no_token["rejected"]
-    wrong_key = make_token("ops", "rollback-7", secret="not-the-secret")
+    wrong_key = make_token("ops", "rollback-7", secret="not-the-secret", expires_in=3600)
     assert "not valid" in call("wakeful.answer_approval", inbox="ops", request_id="rollback-7",
                                answer="yes", token=wrong_key)["rejected"]
-    other_request = make_token("ops", "rollback-8", secret=APPROVAL_SECRET)
+    other_request = make_token("ops", "rollback-8", secret=APPROVAL_SECRET, expires_in=3600)
     assert "not valid" in call("wakeful.answer_approval", inbox="ops", request_id="rollback-7",
                                answer="yes", token=other_request)["rejected"]
     assert store.events("ops") == []  # nothing stood: the human's answer is still open
 
-    token = answer_token(make_token("ops", "rollback-7", secret=APPROVAL_SECRET), "no")
+    token = answer_token(make_token("ops", "rollback-7", secret=APPROVAL_SECRET, expires_in=3600), "no")
     assert call("wakeful.answer_approval", inbox="ops", request_id="rollback-7", answer="no",
                 token=token) == {"outcome": "no"}
     # a malformed answer is dropped by the worker's guard, and its token is not kept
-    spare = make_token("ops", "rollback-7", secret=APPROVAL_SECRET)
+    spare = make_token("ops", "rollback-7", secret=APPROVAL_SECRET, expires_in=3600)
     client.send_task("wakeful.answer_approval", args=["ops", "rollback-7", "yes", spare, "extra"])
     doors.wait(lambda: any(r.origin == "queue:celery" for r in store.rejections(limit=100)),
                "the malformed answer refused")
@@ -69,7 +69,7 @@ def test_an_answer_taken_off_the_queue_and_changed_is_refused(doors, carried: st
     approval stays open; the same bot's untouched no then stands."""
     store = doors.store
     store.request_approval("ops", "deploy-9", "deploy 9", 3600)
-    link_token = make_token("ops", "deploy-9", secret=APPROVAL_SECRET)
+    link_token = make_token("ops", "deploy-9", secret=APPROVAL_SECRET, expires_in=3600)
     token = link_token if carried == "the link's token" else answer_token(link_token, "no")
     # The attacker races the control worker for the message; stopping the worker while the
     # message waits makes the race one the attacker always wins.

@@ -280,8 +280,8 @@ def test_wakeful_audit_shows_an_inboxs_requests(stack: Stack) -> None:
 def test_an_http_tool_of_the_agent_kit_runs_through_the_proxy(stack: Stack) -> None:
     """agent/tools.py's HTTP tool and ToolCall.http reach the route under the current grant;
     a refusal is an error tool_result carrying the status and the proxy's reason."""
-    from agent.config import Tool
-    from agent.tools import ToolCall, run
+    from agent.tool import Tool, ToolCall
+    from agent.tools import run
 
     def tool(name: str, method: str, path: str) -> Tool:
         return Tool(name=name, policy="allow", effect="write" if method == "POST" else "read",

@@ -130,10 +130,10 @@ def test_recurring_timer_fires_through_beat(make_cluster) -> None:
 
 
 def test_unanswered_approval_resumes_the_agent_as_expired(make_cluster) -> None:
-    from web.tokens import answer_token, make_token  # an answer by task carries its own token
+    from approval_tokens import answer_token, make_token  # an answer by task carries its own token
 
     def token(request_id: str) -> str:
-        return answer_token(make_token("frank", request_id, secret="runtime-approval-secret"), "yes")
+        return answer_token(make_token("frank", request_id, secret="runtime-approval-secret", expires_in=3600), "yes")
 
     c = make_cluster(env={"WAKEFUL_APPROVAL_SECRET": "runtime-approval-secret"})
     c.ingest("frank", "chat", "f-1", {"text": "refund order 881?", "approval": {

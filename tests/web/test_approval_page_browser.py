@@ -15,7 +15,7 @@ import pytest
 from test_uvicorn import Server, start, stop
 
 from store import Effect, Outcome, Store
-from web.tokens import approval_link
+from approval_tokens import approval_link
 from web_support import APPROVAL_SECRET
 
 CHROMIUM = "/usr/bin/chromium"
@@ -64,7 +64,8 @@ def test_the_page_shows_the_input_whole_and_visible(server: Server, store: Store
         service_missing("Chromium", f"no {CHROMIUM} (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
-    link = approval_link(inbox, _ask(store, inbox), base_url=server.url, secret=APPROVAL_SECRET)
+    link = approval_link(inbox, _ask(store, inbox), base_url=server.url, secret=APPROVAL_SECRET,
+                         expires_in=3600)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:

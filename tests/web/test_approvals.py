@@ -10,7 +10,7 @@ import pytest
 
 from web_support import APPROVAL_SECRET, Client
 from store import Store
-from web.tokens import approval_link, make_token
+from approval_tokens import approval_link, make_token
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from settings import SettingsError, WebSettings
-from web.tokens import answer_token, approval_link, check_token, make_token
+from approval_tokens import answer_token, approval_link, check_token, make_token
 
 KEY = "k" * 32
 NOW = 1_700_000_000
@@ -58,13 +58,15 @@ def test_rotation_first_signs_any_verifies() -> None:
 def test_no_secret_refuses_to_sign(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WAKEFUL_APPROVAL_SECRET", raising=False)
     with pytest.raises(SettingsError, match="WAKEFUL_APPROVAL_SECRET"):
-        make_token("alice", "deploy-1", expires_in=60)
+        make_token("alice", "deploy-1", expires_in=60, secret=WebSettings.from_env().approval_secrets)
 
 
 def test_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WAKEFUL_APPROVAL_SECRET", "env-key-1,env-key-0")
     monkeypatch.setenv("WAKEFUL_PUBLIC_URL", "https://agent.example/")
-    link = approval_link("team/alice", "deploy 1", now=NOW)
+    web = WebSettings.from_env()  # what a process loads at its start and passes down
+    link = approval_link("team/alice", "deploy 1", now=NOW, base_url=web.public_url, secret=web.approval_secrets,
+                         expires_in=web.approval_token_ttl)
     assert link.startswith("https://agent.example/approvals/team%2Falice/deploy%201?token=")
     token = link.split("token=")[1]
     assert check(token, inbox="team/alice", request_id="deploy 1", keys=("env-key-1",)) is None

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slow_clients import half_sent, half_sent_after_a_request, still_open
 from web_support import APPROVAL_SECRET, GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET
 from store import Store
-from web.tokens import approval_link
+from approval_tokens import approval_link
 from web_signing import body_of, github_headers, stripe_headers
 
 ROOT = Path(__file__).resolve().parents[2]
