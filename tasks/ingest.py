@@ -33,7 +33,7 @@ from store import InvalidEvent
 
 from tasks import faults
 from tasks.application import app
-from tasks.batches import BatchTask
+from tasks.batches import BatchTask, mark_done
 from tasks.doorbell import ring_many
 from tasks.runtime import get_store
 
@@ -110,9 +110,7 @@ def _ingest(requests: list[Any]) -> dict[str, int]:
     ring_many(item[0] for (_, item), new in zip(items, stored) if new)
     for (n, _), new in zip(items, stored):
         results.setdefault(n, {"stored": True} if new else {"stored": False, "duplicate": True})
-    for n, request in enumerate(requests):
-        if not request.ignore_result:
-            app.backend.mark_as_done(request.id, results[n], request=request)
+    mark_done(app.backend, [(request, results[n]) for n, request in enumerate(requests) if not request.ignore_result])
     summary = {"messages": len(requests), "stored": sum(stored),
                "refused": sum("rejected" in r for r in results.values())}
     log.info("ingest batch: %s", summary)

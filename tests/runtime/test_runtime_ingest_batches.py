@@ -48,6 +48,23 @@ def test_waiting_messages_go_in_one_batch_and_a_bad_one_is_refused_alone(make_cl
 
 
 @pytest.mark.parametrize("backend", REDIS_PG)
+def test_every_caller_of_a_batch_that_asked_gets_its_own_result(make_cluster) -> None:
+    """The results of a batch are stored together (tasks/batches.py ``mark_done``; its round
+    trips: test_runtime_units.py): each caller still reads its own message's."""
+    c = make_cluster()
+    control = next(p for p in c.procs.procs if p.name == "control")
+    c.procs.stop(control)  # the messages wait, to be taken as one batch
+    sent = [c.client.send_task("wakeful.ingest", kwargs={"inbox": "r", "source": "chat", "source_id": key,
+                                                         "payload": payload})
+            for key, payload in [("m-1", {"text": "hi"}), ("m-2", {"text": "there"}), ("m-1", {"text": "again"}),
+                                 ("bad", "not an object")]]
+    c.procs.wait_ready(c.procs.worker("control", CONTROL_QUEUES, concurrency=2))
+    results = [r.get(timeout=60, interval=0.05) for r in sent]
+    assert results[:3] == [{"stored": True}, {"stored": True}, {"stored": False, "duplicate": True}]
+    assert results[3]["stored"] is False and "payload" in results[3]["rejected"]
+
+
+@pytest.mark.parametrize("backend", REDIS_PG)
 def test_a_pool_process_killed_mid_batch_loses_nothing(make_cluster, tmp_path) -> None:
     """The batch's pool process is SIGKILLed after writing and before its COMMIT: nothing was
     committed, its messages were not acked; they come back and are stored once each."""

@@ -308,3 +308,28 @@ def test_an_answer_its_token_does_not_authorise_is_refused_as_not_authorized(mon
         assert isinstance(refused.value, WakefulError) and not isinstance(refused.value, InvalidEvent)
     with pytest.raises(InvalidEvent):
         approvals._authorize(1, "r1", "yes", "forged", "self")  # malformed: still an invalid event
+
+
+@pytest.mark.redis
+def test_a_batchs_results_are_stored_in_two_round_trips_and_a_stored_success_is_kept(
+        redis_db: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from celery import Celery
+    from redis.connection import AbstractConnection
+
+    from databases import REDIS_HOST, REDIS_PORT
+    from tasks.batches import BatchItem, mark_done
+
+    app = Celery("results", backend=f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_db}")
+    app.conf.update(result_serializer="json", result_accept_content=["json"])
+    backend = app.backend
+    items = [BatchItem(f"task-{n}", (), {}, ignore_result=False) for n in range(20)]
+    backend.mark_as_done("task-0", {"stored": "first"}, request=items[0])  # a success already there
+    sends: list[int] = []
+    real = AbstractConnection.send_packed_command
+    monkeypatch.setattr(AbstractConnection, "send_packed_command",
+                        lambda self, *a, **k: (sends.append(1), real(self, *a, **k))[1])
+    mark_done(backend, [(item, {"stored": n}) for n, item in enumerate(items)])
+    monkeypatch.undo()
+    assert len(sends) == 2  # one MGET, one pipeline; one at a time it is two per message
+    got = [app.AsyncResult(item.id).get(timeout=5) for item in items]
+    assert got == [{"stored": "first"}] + [{"stored": n} for n in range(1, 20)]
