@@ -3,20 +3,26 @@
 Every model call is counted from the ``usage`` the API returned, right after the call, in a
 short transaction of its own (``count``) that is **not fenced**: a run that loses its lease
 afterwards has its finish refused, but its calls were paid for and stay counted. The figures
-live in the ``spend`` table (one row per inbox per day, one per agent per day: the agent's
-row is all of its inboxes together), so a restart resets nothing.
+live in the ``spend`` table (one row per inbox per day; the agent's day over ``SHARDS`` rows),
+so a restart resets nothing.
+
+The agent's day is sharded because every call of every inbox adds to it: one row would queue
+a thousand counts answering within a second on its lock, each holding a pooled connection.
+An inbox adds to the agent's shard ``shard_of(inbox)`` (always the same one; inbox rows are
+shard 0), and a count locks its inbox row first, then that shard, so two counts never wait on
+each other in opposite orders. Whatever reads the agent's figures reads them summed over its
+shards (``check``, ``today``, ``incidents``, ``metrics``): a reader never sees a shard.
 
 Before each call the agent asks ``check``: while today's spend is below every ceiling the
 call goes out; once a ceiling is reached it is not made. So a ceiling is passed by at most
 the calls already in flight when it was reached (one per run), never by a loop. A refusal is
 counted on the row of each ceiling reached (``refused``, ``first_refused``: the operator's
 incident) and, the first time in the day, writes one message to the inbox's outbox (the
-user is told once a day, whatever the number of runs refused). The refusal's writes are
-fenced like a finish: a worker that lost its lease writes nothing and learns it.
-
-Every count of an agent's inboxes updates that agent's row for the day: on PostgreSQL those
-short transactions queue on its row lock (one per model call, and a call takes seconds), the
-price of a ceiling that covers every inbox at once.
+user is told once a day, whatever the number of runs refused). For the agent the refusal is
+written on the refused inbox's shard, so the agent's ``refused`` is the sum over its shards
+(every call it refused, once) and its ``first_refused`` their earliest (its first refusal of
+the day), as with one row; ``told`` is an inbox row's only. The refusal's writes are fenced
+like a finish: a worker that lost its lease writes nothing and learns it.
 
 A day is the UTC day on the database's clock (``now`` in tests); the next day's first
 second starts from zero again. Money is counted only for a model with a price (per million
@@ -25,17 +31,21 @@ tokens, in whatever currency the price table uses), in billionths of that curren
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, tuple_, update
+from sqlalchemy import Connection, and_, delete, distinct, func, select, tuple_, update
 
 from . import leases, validate
 from .db import clock, insert
 from .tables import outbox, spend
 
 DAY = 86400
+SHARDS = 16  # rows per agent per day: counts of different inboxes rarely share a row lock
+KEY = ["scope", "name", "day", "shard"]
+ADDED = ("calls", "input_tokens", "output_tokens", "cost_nanos")  # what each count adds
 NANOS = 1_000_000_000  # billionths of a currency unit: a token at $0.08/Mtok is 80 of them
 DEFAULT_NOTICE = ("The assistant has reached its spending limit for today. Your message is kept "
                   "and will be answered after 00:00 UTC.")
@@ -152,21 +162,26 @@ def day_of(now: int) -> int:
     return now - now % DAY
 
 
+def shard_of(inbox: str) -> int:
+    """The agent's shard this inbox adds to: fixed by its name, the same in every process."""
+    return zlib.crc32(inbox.encode()) % SHARDS
+
+
 def count(conn: Connection, inbox: str, budget: Budget, usage: Usage, now: int | None) -> None:
-    """Add one call's usage to today's rows of the inbox and of the agent (inbox row first,
-    always: two counts never wait on each other in opposite orders)."""
+    """Add one call's usage to today's row of the inbox and to the inbox's shard of the
+    agent's day (inbox row first, always: two counts never wait on each other in opposite
+    orders)."""
     now = clock(conn, now)
     cost = budget.cost_nanos(usage)
-    for scope, name in (("inbox", inbox), ("agent", budget.agent)):
+    for scope, name, shard in (("inbox", inbox, 0), ("agent", budget.agent, shard_of(inbox))):
         tokens, money = budget.ceilings(scope)
-        row = {"scope": scope, "name": name, "day": day_of(now), "calls": 1,
+        row = {"scope": scope, "name": name, "shard": shard, "day": day_of(now), "calls": 1,
                "input_tokens": usage.input_all, "output_tokens": usage.output_tokens,
                "cost_nanos": cost, "token_ceiling": tokens, "cost_ceiling_nanos": money, "updated": now}
         stmt = insert(conn, spend).values(**row)
-        added = {k: getattr(spend.c, k) + stmt.excluded[k]
-                 for k in ("calls", "input_tokens", "output_tokens", "cost_nanos")}
+        added = {k: getattr(spend.c, k) + stmt.excluded[k] for k in ADDED}
         conn.execute(stmt.on_conflict_do_update(
-            index_elements=["scope", "name", "day"],
+            index_elements=KEY,
             set_={**added, "token_ceiling": stmt.excluded.token_ceiling,
                   "cost_ceiling_nanos": stmt.excluded.cost_ceiling_nanos, "updated": now}))
 
@@ -178,75 +193,112 @@ def check(conn: Connection, inbox: str, holder: str, generation: int, budget: Bu
     day = day_of(at)
     if not budget.limited():
         return Verdict(True, day + DAY)
-    keys = [("inbox", inbox), ("agent", budget.agent)]
-    rows = {(r.scope, r.name): r for r in conn.execute(
-        select(spend).where(tuple_(spend.c.scope, spend.c.name).in_(keys), spend.c.day == day))}
-    reached = [(scope, name, why) for scope, name in keys
+    keys = [("inbox", inbox, 0), ("agent", budget.agent, shard_of(inbox))]
+    rows = {(r["scope"], r["name"]): r for r in _summed(conn.execute(select(spend).where(
+        spend.c.day == day, and_(spend.c.scope == "inbox", spend.c.name == inbox)
+        | and_(spend.c.scope == "agent", spend.c.name == budget.agent))))}
+    reached = [(scope, name, shard, why) for scope, name, shard in keys
                if (why := _reached(rows.get((scope, name)), *budget.ceilings(scope)))]
     if not reached:
         return Verdict(True, day + DAY)
     if leases.holds(conn, inbox, holder, generation, now) is None:
         return Verdict(False, day + DAY, held=False)
-    for scope, name, _ in reached:  # a ceiling reached has its row
-        conn.execute(update(spend).where(*_key(scope, name, day)).values(
+    _touch(conn, "inbox", inbox, 0, day, at)  # the inbox row first, as a count locks them
+    for scope, name, shard, _ in reached:
+        if scope == "agent":
+            _touch(conn, scope, name, shard, day, at)  # this inbox's shard may have no row yet
+        conn.execute(update(spend).where(*_key(scope, name, shard, day)).values(
             refused=spend.c.refused + 1, first_refused=func.coalesce(spend.c.first_refused, at)))
-    _touch(conn, "inbox", inbox, day, at)
-    told = conn.execute(update(spend).where(*_key("inbox", inbox, day), spend.c.told.is_(None))
+    told = conn.execute(update(spend).where(*_key("inbox", inbox, 0, day), spend.c.told.is_(None))
                         .values(told=at)).rowcount == 1
     if told:
         conn.execute(outbox.insert().values(inbox=inbox, body=validate.text_value("budget notice", budget.notice),
                                             urgent=False, created=at))
-    said = "; ".join(f"{scope} {name!r}: {why}" for scope, name, why in reached)
+    said = "; ".join(f"{scope} {name!r}: {why}" for scope, name, _, why in reached)
     return Verdict(False, day + DAY, reached=said, told=told)
 
 
-def _reached(row: Any, tokens: int | None, money: int | None) -> str:
+def _reached(row: dict[str, Any] | None, tokens: int | None, money: int | None) -> str:
     if row is None:
         return ""
-    used = row.input_tokens + row.output_tokens
+    used = row["input_tokens"] + row["output_tokens"]
     if tokens is not None and used >= tokens:
         return f"{used} tokens of {tokens} today"
-    if money is not None and row.cost_nanos >= money:
-        return f"{row.cost_nanos / NANOS:.4f} of {money / NANOS:.4f} (money) today"
+    if money is not None and row["cost_nanos"] >= money:
+        return f"{row['cost_nanos'] / NANOS:.4f} of {money / NANOS:.4f} (money) today"
     return ""
 
 
-def _key(scope: str, name: str, day: int) -> tuple[Any, ...]:
-    return spend.c.scope == scope, spend.c.name == name, spend.c.day == day
+def _key(scope: str, name: str, shard: int, day: int) -> tuple[Any, ...]:
+    return spend.c.scope == scope, spend.c.name == name, spend.c.shard == shard, spend.c.day == day
 
 
-def _touch(conn: Connection, scope: str, name: str, day: int, now: int) -> None:
-    """Today's row exists (an agent's refusal may come before its inbox's first call)."""
-    conn.execute(insert(conn, spend).values(scope=scope, name=name, day=day, updated=now)
-                 .on_conflict_do_nothing(index_elements=["scope", "name", "day"]))
+def _touch(conn: Connection, scope: str, name: str, shard: int, day: int, now: int) -> None:
+    """The row exists (an agent's refusal may come before its inbox's first call)."""
+    conn.execute(insert(conn, spend).values(scope=scope, name=name, shard=shard, day=day, updated=now)
+                 .on_conflict_do_nothing(index_elements=KEY))
+
+
+def _summed(rows: Iterable[Any]) -> list[dict[str, Any]]:
+    """One figure per (scope, name, day), its shards added up (an inbox has one): calls,
+    tokens, cost and refusals summed, the first refusal and telling the earliest, the
+    ceilings those in force at the last call counted on any shard."""
+    figures: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for r in rows:
+        row = r._asdict()
+        seen = figures.setdefault((r.scope, r.name, r.day), row)
+        if seen is row:
+            continue
+        if _last_count(row) > _last_count(seen):  # a refusal's new row has no ceilings
+            seen.update(updated=row["updated"], token_ceiling=row["token_ceiling"],
+                        cost_ceiling_nanos=row["cost_ceiling_nanos"])
+        for column in ADDED + ("refused",):
+            seen[column] += row[column]
+        for column in ("first_refused", "told"):
+            seen[column] = min((t for t in (seen[column], row[column]) if t is not None), default=None)
+    return list(figures.values())
+
+
+def _last_count(row: dict[str, Any]) -> tuple[bool, int]:
+    return row["calls"] > 0, row["updated"]
+
+
+def _row(r: dict[str, Any]) -> SpendRow:
+    money = r["cost_ceiling_nanos"]
+    return SpendRow(r["scope"], r["name"], r["day"], r["calls"], r["input_tokens"], r["output_tokens"],
+                    r["cost_nanos"] / NANOS, r["token_ceiling"], None if money is None else money / NANOS,
+                    r["refused"], r["first_refused"], r["told"])
 
 
 def today(conn: Connection, inbox: str | None, now: int | None) -> list[SpendRow]:
-    """Today's rows: the inbox's (when given) and every agent's."""
+    """Today's figures: the inbox's (when given) and every agent's, the inbox first."""
     day = day_of(clock(conn, now))
     wanted = spend.c.scope == "agent"
     if inbox is not None:
-        wanted = wanted | ((spend.c.scope == "inbox") & (spend.c.name == inbox))
-    rows = conn.execute(select(spend).where(spend.c.day == day, wanted)
-                        .order_by(spend.c.scope.desc(), spend.c.name))
-    return [_row(r) for r in rows]
+        wanted = wanted | and_(spend.c.scope == "inbox", spend.c.name == inbox)
+    rows = _summed(conn.execute(select(spend).where(spend.c.day == day, wanted)))
+    return [_row(r) for r in sorted(rows, key=lambda r: (r["scope"] != "inbox", r["name"]))]
 
 
 def incidents(conn: Connection, since: int) -> list[SpendRow]:
     """Budgets that refused a call, first since ``since``, oldest first."""
-    rows = conn.execute(select(spend).where(spend.c.first_refused >= since)
-                        .order_by(spend.c.first_refused, spend.c.scope, spend.c.name))
-    return [_row(r) for r in rows]
+    refused = select(spend.c.scope, spend.c.name, spend.c.day).where(spend.c.first_refused >= since)
+    rows = _summed(conn.execute(select(spend).where(
+        tuple_(spend.c.scope, spend.c.name, spend.c.day).in_(refused))))
+    first = [r for r in rows if r["first_refused"] >= since]  # not an earlier shard's refusal
+    return [_row(r) for r in sorted(first, key=lambda r: (r["first_refused"], r["scope"], r["name"]))]
 
 
 def metrics(conn: Connection, now: int) -> dict[str, Any]:
     """For /metrics: today's spend of each agent, how many inboxes and agents a ceiling
     stopped today, and the calls refused (within retention) by scope."""
     day = day_of(now)
-    agents = {r.name: {"tokens": r.input_tokens + r.output_tokens, "cost": r.cost_nanos / NANOS,
-                       "calls": r.calls}
-              for r in conn.execute(select(spend).where(spend.c.day == day, spend.c.scope == "agent"))}
-    reached = dict(conn.execute(select(spend.c.scope, func.count()).where(
+    agents = {name: {"tokens": int(tokens), "cost": int(cost) / NANOS, "calls": int(calls)}
+              for name, tokens, cost, calls in conn.execute(
+                  select(spend.c.name, func.sum(spend.c.input_tokens + spend.c.output_tokens),
+                         func.sum(spend.c.cost_nanos), func.sum(spend.c.calls))
+                  .where(spend.c.day == day, spend.c.scope == "agent").group_by(spend.c.name))}
+    reached = dict(conn.execute(select(spend.c.scope, func.count(distinct(spend.c.name))).where(
         spend.c.day == day, spend.c.refused > 0).group_by(spend.c.scope)).all())
     refused = dict(conn.execute(select(spend.c.scope, func.coalesce(func.sum(spend.c.refused), 0))
                                 .group_by(spend.c.scope)).all())
@@ -258,9 +310,3 @@ def metrics(conn: Connection, now: int) -> dict[str, Any]:
 def purge(conn: Connection, cutoff: int) -> int:
     """Days that ended before ``cutoff`` (retention)."""
     return conn.execute(delete(spend).where(spend.c.day <= cutoff - DAY)).rowcount
-
-
-def _row(r: Any) -> SpendRow:
-    return SpendRow(r.scope, r.name, r.day, r.calls, r.input_tokens, r.output_tokens, r.cost_nanos / NANOS,
-                    r.token_ceiling, None if r.cost_ceiling_nanos is None else r.cost_ceiling_nanos / NANOS,
-                    r.refused, r.first_refused, r.told)

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -353,9 +354,11 @@ audit = Table(
 )
 
 
-# What the model cost, per UTC day (store/spend.py): one row per inbox and one per agent (all
-# of its inboxes together) per day, counted right after each model call in a transaction of
-# its own (not fenced: a call a fenced run made was paid for all the same). ``day`` is the
+# What the model cost, per UTC day (store/spend.py): one row per inbox per day, and an agent's
+# day (all of its inboxes together) spread over ``shard`` rows (an inbox adds to one; inbox
+# rows are shard 0) so that counts of many inboxes at once do not queue on one row lock.
+# Counted right after each model call in a transaction of its own (not fenced: a call a
+# fenced run made was paid for all the same). ``day`` is the
 # day's first second (UTC, database clock); cost in billionths of the price table's currency.
 # ``refused`` calls were not made (a ceiling was reached), the first at ``first_refused``;
 # ``told`` is when the inbox's user was told (once a day, inbox rows only).
@@ -366,6 +369,7 @@ spend = Table(
     Column("scope", String(8), nullable=False),
     Column("name", String(INBOX_MAX), nullable=False),
     Column("day", BigInteger, nullable=False),
+    Column("shard", SmallInteger, nullable=False, server_default=text("0")),
     Column("calls", BigInteger, nullable=False, server_default=text("0")),
     Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
     Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
@@ -376,7 +380,7 @@ spend = Table(
     Column("first_refused", BigInteger),
     Column("told", BigInteger),
     Column("updated", BigInteger, nullable=False),
-    PrimaryKeyConstraint("scope", "name", "day"),
+    PrimaryKeyConstraint("scope", "name", "day", "shard"),
     CheckConstraint("scope IN ('inbox', 'agent')", name="scope_known"),
     Index("ix_spend_day", "day"),  # /metrics and the summary read one day, retention old days
 )

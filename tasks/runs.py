@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 import telemetry
 from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunStep, Store
@@ -46,6 +47,8 @@ from tasks.lease_keeper import keeper
 from tasks.runtime import get_store, holder_name
 
 log = logging.getLogger("wakeful.runs")
+COUNT_TRIES = 3  # a model call's count: a pool wait that ran out is tried twice more ...
+COUNT_BACKOFF = 0.2  # ... after 0.2 s, then 0.4 s (the pool's own wait comes first)
 T = TypeVar("T")
 
 # Consecutive "claim found nothing but release refused" before giving up the loop: the two
@@ -103,10 +106,25 @@ class HeldLease:
             self.inbox, self.holder, self.generation, budget))
 
     def count_spend(self, budget: Budget, usage: Usage) -> None:
-        """A model call's usage, counted at once and not fenced: it was paid for. Tried again
-        on a lost connection like a finish; should the first have committed unseen, the call
-        counts twice: a budget errs towards stopping early, never towards spending more."""
-        _once_more_on_disconnect(lambda: self.store.count_spend(self.inbox, budget, usage))
+        """A model call's usage, counted at once and not fenced: it was paid for. A count
+        that gets no connection (the pool's wait ran out, the database is away) is tried
+        again, up to ``COUNT_TRIES`` times; should one have committed unseen, the call counts
+        twice: a budget errs towards stopping early. If every try fails the run goes on (its
+        call was made; failing the run would make it again on the retry, paid twice) and the
+        day's figures are short by this call: said once, at WARNING."""
+        for attempt in range(1, COUNT_TRIES + 1):
+            try:
+                self.store.count_spend(self.inbox, budget, usage)
+                return
+            except (DBAPIError, PoolTimeout) as exc:
+                if isinstance(exc, DBAPIError) and not _disconnected(exc):
+                    raise
+                if attempt == COUNT_TRIES:
+                    log.warning("a model call's usage was not counted (%s: %s): inbox %s, model %s, %d tokens; "
+                                "today's spend is short by it", type(exc).__name__, exc, self.inbox,
+                                usage.model, usage.tokens)
+                    return
+                time.sleep(COUNT_BACKOFF * attempt)
 
 
 @app.task(name="wakeful.run_inbox", bind=True)  # its time limits: task_annotations (tasks/celeryconfig.py)
@@ -384,10 +402,16 @@ def _once_more_on_disconnect(call: Callable[[], T]) -> T:
     try:
         return call()
     except DBAPIError as exc:
-        if not exc.connection_invalidated and not isinstance(exc, OperationalError):
+        if not _disconnected(exc):
             raise
         log.warning("a store call lost its database connection (%s); retrying once", exc.orig)
         return call()
+
+
+def _disconnected(exc: DBAPIError) -> bool:
+    """The database, not the statement: a lost connection, a refused one, a lock or
+    serialization wait given up (OperationalError). A programming error is none of these."""
+    return exc.connection_invalidated or isinstance(exc, OperationalError)
 
 
 def _claimed(inbox: str, generation: int, events: list[Event]) -> None:

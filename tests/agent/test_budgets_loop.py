@@ -20,7 +20,7 @@ from agent.claude import BUDGET_TIMER, ClaudeRun
 from agent.config import ConfigError, load, parse
 from agent.scripted import ScriptedModel
 from store import Outcome, Store
-from store.spend import DAY, Budget
+from store.spend import DAY, Budget, Usage
 from tasks.summary import incidents, render
 from web.app import create_app
 from settings import WebSettings
@@ -142,6 +142,37 @@ def test_without_a_runtime_nothing_is_checked_or_counted(model: ScriptedModel, w
     assert outcome.messages and store.spend("ada") == []
 
 
+def test_a_count_that_cannot_be_written_does_not_fail_the_run_and_is_said_once(
+        model: ScriptedModel, write_config: Any, tool_log: Path, store: Store,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The runtime's count (tasks/runs.py HeldLease.count_spend) on a database that refuses
+    every connection: tried again, then given up; the run's reply still goes out."""
+    from tasks.runs import COUNT_TRIES, HeldLease
+
+    cfg = load(write_config())
+    away = Store.connect("postgresql+psycopg://wakeful@127.0.0.1:1/nowhere")  # nothing listens
+    store.ingest("ada", "chat", "1", {"text": "hi"})
+    gen = store.acquire("ada", "w")
+    lease = HeldLease(away, "ada", "w", gen, deadline=0.0)
+    run = Run("ada", store.claim("ada", "w", gen), gen, {}, lambda: True,
+              _check_budget=lambda budget: store.check_budget("ada", "w", gen, budget),
+              _count_spend=lease.count_spend)
+    client = anthropic.Anthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
+    with caplog.at_level("WARNING", logger="wakeful.runs"):
+        outcome = ClaudeRun(cfg, client, run).outcome()
+    away.dispose()
+    assert outcome.messages and len(model.requests) == 1  # the reply stands; the call made once
+    [warning] = [r for r in caplog.records if r.name == "wakeful.runs"]
+    usage = model.replies[0]["usage"]
+    said = warning.getMessage()
+    assert COUNT_TRIES > 1 and warning.levelname == "WARNING" and "not counted" in said
+    assert "inbox ada" in said and f"model {cfg.model}" in said
+    assert f"{usage['input_tokens'] + usage['output_tokens']} tokens" in said
+    assert store.spend("ada") == []
+    with pytest.raises(ValueError):  # a bad call is a bug, raised, not a count given up
+        HeldLease(store, "", "w", gen, deadline=0.0).count_spend(cfg.budget, Usage("m"))
+
+
 def test_a_refusal_crosses_a_run_apart_pipe_whole() -> None:
     import pickle
 
@@ -186,7 +217,7 @@ def test_wakeful_status_shows_todays_spend_against_the_ceilings(store: Store, db
     from typer.testing import CliRunner
 
     from cli.main import cli
-    from store.spend import Price, Usage
+    from store.spend import Price
 
     budget = Budget(agent="errands", inbox_tokens=1000, inbox_money=0.5, agent_tokens=10_000,
                     prices={"m": Price(input=3.0, output=15.0)})

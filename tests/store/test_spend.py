@@ -4,10 +4,11 @@ recorded and the user told once a day, fenced by the lease; the next UTC day sta
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from store import Store
-from store.spend import DAY, Budget, Price, Usage
+from store.spend import DAY, Budget, Price, Usage, shard_of
 
 DAY0 = 20_000 * DAY  # a UTC midnight
 T = DAY0 + 3600
@@ -132,3 +133,59 @@ def test_no_ceiling_is_no_check(store: Store) -> None:
     budget = Budget(agent="support")
     store.count_spend("a", budget, Usage("m", input_tokens=10**9), now=T)
     assert store.check_budget("a", "nobody", 7, budget, now=T).allowed  # nothing to check: no lock taken
+
+
+def test_the_agents_ceiling_is_reached_by_the_sum_of_inboxes_on_different_shards(store: Store) -> None:
+    budget = Budget(agent="support", agent_tokens=395)
+    inboxes = [f"user-{n}" for n in range(40)]
+    assert len({shard_of(inbox) for inbox in inboxes}) > 8  # spread: no shard alone reaches the ceiling
+    for inbox in inboxes[:39]:
+        store.count_spend(inbox, budget, Usage("m", input_tokens=10), now=T)
+    assert store.check_budget("user-0", "w", _held(store, "user-0"), budget, now=T + 1).allowed  # 390
+    store.count_spend(inboxes[39], budget, Usage("m", input_tokens=10), now=T + 2)  # 400: reached
+    first, other = "user-0", next(i for i in inboxes if shard_of(i) != shard_of("user-0"))
+    assert store.check_budget(first, "w", _held(store, first), budget, now=T + 3).reached == (
+        "agent 'support': 400 tokens of 395 today")
+    assert not store.check_budget(other, "w", _held(store, other), budget, now=T + 4).allowed
+    # Every reader sees the agent's day as one figure: the two refusals, the first one's time.
+    [agent] = [r for r in store.spend(now=T + 5) if r.scope == "agent"]
+    assert (agent.name, agent.calls, agent.tokens, agent.token_ceiling) == ("support", 40, 400, 395)
+    assert (agent.refused, agent.first_refused, agent.told) == (2, T + 3, None)
+    assert [(r.scope, r.name, r.refused) for r in store.spend_incidents(T)] == [("agent", "support", 2)]
+    assert store.spend_incidents(T + 4) == []  # the agent's first refusal was before
+    figures = store.metrics(now=T + 5)["budgets"]
+    assert figures["agents_today"]["support"] == {"tokens": 400, "cost": 0.0, "calls": 40}
+    assert figures["reached_today"] == {"inbox": 0, "agent": 1}
+    assert figures["refused_calls"] == {"inbox": 0, "agent": 2}
+
+
+def test_many_counts_at_once_all_land_and_the_agents_sum_is_exact(pg_url: str) -> None:
+    """200 model calls answering at once, each counted from its own thread through a small
+    pool: no count fails (none waits long on a lock: the inboxes add to different shards)."""
+    store = Store.connect(pg_url, pool_size=2, max_overflow=2)
+    budget = Budget(agent="support", agent_tokens=10**9)
+    threads_n = 200
+    start = threading.Barrier(threads_n)
+    failed: list[BaseException] = []
+
+    def count(n: int) -> None:
+        start.wait()
+        try:
+            store.count_spend(f"user-{n % 50}", budget, Usage("m", input_tokens=n + 1, output_tokens=1), now=T)
+        except BaseException as exc:  # noqa: BLE001 - counted below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=count, args=(n,)) for n in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert failed == []
+        [agent] = [r for r in store.spend(now=T) if r.scope == "agent"]
+        assert (agent.calls, agent.input_tokens, agent.output_tokens) == (
+            threads_n, sum(range(1, threads_n + 1)), threads_n)
+        [user] = [r for r in store.spend("user-7", now=T) if r.scope == "inbox"]
+        assert (user.calls, user.input_tokens) == (4, 8 + 58 + 108 + 158)
+    finally:
+        store.dispose()
