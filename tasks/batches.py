@@ -12,10 +12,11 @@ and installing it moves Celery back to 5.6, while wakeful is verified on 5.7.
   raises ``InvalidTaskError`` and the consumer records and drops it alone, as for any task.
 - **Flush** at once when no batch is in flight (an idle worker: a lone message does not wait,
   the latency path); otherwise when a batch returns with messages waiting, at ``flush_every``
-  messages, or ``flush_seconds`` (20 ms) after the first one waiting. Not whenever a pool
-  process is free: under load the main process, which receives and acks every message, is
-  the bottleneck, so a pool process is nearly always free and batches would be of one; and
-  not on a fixed tick alone, which would add the tick to every unloaded wake.
+  messages, or ``flush_seconds`` (20 ms) after the first one waiting if a pool process is
+  free (else when one returns). Not whenever a pool process is free: under load the main
+  process, which receives and acks every message, is the bottleneck, so a pool process is
+  nearly always free and batches would be of one; and not on a fixed tick alone, which would
+  add the tick to every unloaded wake.
 - **Prefetch lent while buffering.** With late acks a buffered message counts against the
   worker's prefetch limit (1 x concurrency here), which would cap a batch at the pool's size.
   As Celery does for a message with an ETA, each buffered message raises the limit by one
@@ -190,7 +191,19 @@ class _Batcher:
         if now or not self.batching:
             self.flush()
         elif start_tick:
-            self.tick = self.consumer.timer.call_after(self.task.flush_seconds, self.flush)
+            self.tick = self.consumer.timer.call_after(self.task.flush_seconds, self._on_tick)
+
+    def _on_tick(self) -> None:
+        """``flush_seconds`` after a message began to wait: flush, unless every pool process
+        is busy with a batch. Then the buffer waits for one to return and goes as one batch,
+        rather than as small batches queued behind the busy processes (a loaded machine whose
+        consumer receives a message every 20 ms or more made batches of one that way)."""
+        with self.lock:
+            busy = self.in_flight >= (getattr(self.consumer.pool, "limit", None) or 1)
+            if busy:
+                self.tick = None  # the returning batch flushes the buffer (``_settle``)
+        if not busy:
+            self.flush()
 
     def flush(self) -> None:
         with self.lock:

@@ -8,7 +8,9 @@ lines are such entries). Actions:
 - ``block``: record it, then sleep forever (the test SIGKILLs or SIGSTOPs the process);
 - ``exit``: record it, then ``os._exit(70)`` (a process dying at that exact point);
 - ``sleep=S``: record it, sleep S seconds, go on (a stall, e.g. past the lease);
-- ``raise``: record it, then raise ``FaultRaised`` (a bug or an unexpected error there).
+- ``raise``: record it, then raise ``FaultRaised`` (a bug or an unexpected error there);
+- ``hold``: record it, then wait until the file named by ``WAKEFUL_FAULTS_RELEASE`` exists
+  (a test holds the process there until what it waits for has happened, then lets it go).
 
 With ``:n`` the action is taken the n-th time this process reaches the point; the earlier
 times are only logged. Every reach of a named point appends one JSON line (point, action,
@@ -36,6 +38,7 @@ from typing import Any
 
 ENV = "WAKEFUL_FAULTS"
 LOG_ENV = "WAKEFUL_FAULTS_LOG"
+RELEASE_ENV = "WAKEFUL_FAULTS_RELEASE"
 
 POINTS = (
     "after_claim",            # a batch claimed and committed, the agent not yet called
@@ -43,10 +46,11 @@ POINTS = (
     "after_finish_commit",    # the finish committed, the task not yet told
     "after_send_before_mark", # the channel accepted a message, the rows not yet marked sent
     "during_scan",            # the timer scan fired timers, its COMMIT not yet sent
+    "ingest_batch",           # a batch of ingest messages in a pool process, nothing stored yet
     "before_ingest_commit",   # a batch of ingest messages written, its COMMIT not yet sent
     "agent_call",             # in a process shared by runs: the agent called inline or apart
 )
-ACTIONS = ("log", "block", "exit", "sleep", "raise")
+ACTIONS = ("log", "block", "exit", "sleep", "raise", "hold")
 
 
 class FaultRaised(RuntimeError):
@@ -110,6 +114,10 @@ def _reach(name: str, spec: tuple[str, float, int], context: dict[str, Any]) -> 
         time.sleep(seconds)
     if action == "raise":
         raise FaultRaised(f"{ENV}: {name} (reach {count})")
+    if action == "hold":
+        release = os.environ.get(RELEASE_ENV, "")
+        while not (release and os.path.exists(release)):
+            time.sleep(0.02)
 
 
 def _announce(name: str, action: str, count: int, context: dict[str, Any]) -> None:

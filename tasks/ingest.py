@@ -90,6 +90,7 @@ def _headers(request: Any) -> dict[str, Any]:
 
 
 def _ingest(requests: list[Any]) -> dict[str, int]:
+    faults.point("ingest_batch", messages=len(requests))
     store = get_store()
     results: dict[int, dict[str, Any]] = {}
     items: list[tuple[int, tuple[Any, ...]]] = []

@@ -13,6 +13,7 @@ import signal
 import pytest
 
 from cli.processes import CONTROL_QUEUES
+from tasks.celeryconfig import DEFAULT_QUEUE
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
 REDIS_PG = [pytest.param("redis_pg", marks=[pytest.mark.postgres, pytest.mark.redis])]
@@ -23,9 +24,26 @@ def _batches(c) -> list[dict]:  # type: ignore[no-untyped-def]
     return [json.loads(m.replace("'", '"')) for m in re.findall(r"ingest batch: (\{[^}]*\})", text)]
 
 
+def _held_until_received(c, release) -> None:  # type: ignore[no-untyped-def]
+    """The first batch is held (fault point ``ingest_batch:hold``) until the control worker
+    has received every message waiting in the queue: then let go. The rest wait for a pool
+    process together (tasks/batches.py), so they go as one batch whatever the machine's load.
+    No beat: a tick's task waiting for the held pool would fill the worker's prefetch."""
+    import redis
+
+    queue = redis.Redis.from_url(c.broker_url)
+    try:
+        c.wait(lambda: queue.llen(DEFAULT_QUEUE) == 0, "every message received by the control worker")
+    finally:
+        release.touch()
+        queue.close()
+
+
 @pytest.mark.parametrize("backend", REDIS_PG)
-def test_waiting_messages_go_in_one_batch_and_a_bad_one_is_refused_alone(make_cluster) -> None:
-    c = make_cluster()
+def test_waiting_messages_go_in_one_batch_and_a_bad_one_is_refused_alone(make_cluster, tmp_path) -> None:
+    release = tmp_path / "release"
+    c = make_cluster(env={"WAKEFUL_FAULTS": "ingest_batch:hold:1", "WAKEFUL_FAULTS_RELEASE": str(release)},
+                     beat=False)
     control = next(p for p in c.procs.procs if p.name == "control")
     c.procs.stop(control)  # messages wait in the queue meanwhile
     for n in range(30):
@@ -36,6 +54,7 @@ def test_waiting_messages_go_in_one_batch_and_a_bad_one_is_refused_alone(make_cl
     c.client.send_task("wakeful.ingest", kwargs={"inbox": "b2", "source": "chat", "source_id": "odd",
                                                   "payload": {}, "sauce": "x"})
     c.procs.wait_ready(c.procs.worker("control", CONTROL_QUEUES, concurrency=2))
+    _held_until_received(c, release)
     c.wait(lambda: all(c.settled(f"b{i}", 6) for i in range(5)), "30 events stored once and run")
     assert sum(len(c.store.events(f"b{i}")) for i in range(5)) == 30
     refused = [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"]
@@ -133,13 +152,17 @@ def test_a_batch_that_raises_is_run_again_one_message_at_a_time(make_cluster, tm
     are not requeued together but run again one at a time, each acked as it is stored;
     nothing is refused."""
     log_path = tmp_path / "faults.jsonl"
-    c = make_cluster(env={"WAKEFUL_FAULTS": "before_ingest_commit:raise:2", "WAKEFUL_FAULTS_LOG": str(log_path)})
+    release = tmp_path / "release"
+    c = make_cluster(env={"WAKEFUL_FAULTS": "ingest_batch:hold:1,before_ingest_commit:raise:2",
+                          "WAKEFUL_FAULTS_LOG": str(log_path), "WAKEFUL_FAULTS_RELEASE": str(release)},
+                     beat=False)
     control = next(p for p in c.procs.procs if p.name == "control")
     c.procs.stop(control)  # the messages wait: the first goes alone (nothing in flight), the rest together
     for n in range(8):
         c.ingest(f"r{n % 2}", "chat", f"m-{n}", {"text": f"hi {n}", "silent": True})
     # One pool process, so its second batch (the one that raises) is the seven waiting messages.
     c.procs.wait_ready(c.procs.worker("control", CONTROL_QUEUES, concurrency=1))
+    _held_until_received(c, release)
     c.wait(lambda: all(c.settled(f"r{i}", 4) for i in range(2)), "every event stored and run", timeout=60)
     assert sorted(e.source_id for i in range(2) for e in c.store.events(f"r{i}")) == sorted(
         f"m-{n}" for n in range(8))
