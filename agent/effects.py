@@ -44,7 +44,7 @@ class Executed:
 
 def execute_runnable(store: Store, cfg: AgentConfig, inbox: str | None = None, limit: int = 100) -> list[Executed]:
     """Every effect that may run now (of ``inbox``, or all), each once."""
-    book = Effects(store)
+    book = store.effects
     done = []
     for name, tool_use_id in book.runnable(stale_after=cfg.effect_timeout, inbox=inbox, limit=limit):
         done.append(execute(book, cfg, name, tool_use_id))

@@ -42,11 +42,12 @@ from typing import Any
 from sqlalchemy import Boolean, Connection, case, func, or_, select, update
 
 from . import leases, validate
-from .db import Transactions, clock
+from .db import OpenTransaction, clock
 from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, InvalidCall, InvalidOutcome, MessageKind, Message, OutboxItem, OutboxRow,
                       OutgoingMessage)
 from settings import StoreSettings
 from .tables import HOOK_KINDS, events, inboxes, outbox
+from .transactions import Transactions
 
 HELD = outbox.c.sent_at.is_(None)
 KINDS = tuple(MessageKind)
@@ -126,7 +127,7 @@ def due_inboxes(conn: Connection, s: StoreSettings, now: int, limit: int) -> lis
 
 # -- dispatching -----------------------------------------------------------------------------
 
-def dispatch(transactions: Transactions, s: StoreSettings, inbox: str, send: Callable[[OutgoingMessage], Any],
+def dispatch(transactions: OpenTransaction, s: StoreSettings, inbox: str, send: Callable[[OutgoingMessage], Any],
              now: int | None) -> int:
     delivery = getattr(send, "delivery", AT_LEAST_ONCE)
     if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
@@ -219,3 +220,16 @@ def view(conn: Connection, inbox: str) -> list[OutboxRow]:
     rows = conn.execute(select(outbox).where(outbox.c.inbox == inbox).order_by(outbox.c.id))
     return [OutboxRow(r.id, r.inbox, r.body, r.urgent, r.created, r.sent_at, r.dispatch_key,
                       kind=r.kind, fields=r.fields, channel=r.channel) for r in rows]
+
+
+class Outgoing:
+    """The dispatcher's scan (``store.outgoing``); ``dispatch`` and the ``outbox`` view are
+    the contract's calls on the Store."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
+
+    def due(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
+        """Inboxes whose held messages may be sent now."""
+        with self.transactions.transaction() as conn:
+            return due_inboxes(conn, self.transactions.settings, clock(conn, now), limit)

@@ -143,7 +143,7 @@ def _store(store: Any, items: list[tuple[int, tuple[Any, ...]]], results: dict[i
     (recorded in ``results``). A database that cannot be reached raises one of ``_OUTAGE``."""
     try:
         with faults.before_commit(store, "before_ingest_commit", messages=len(items)):
-            return _with_pauses(lambda: store.ingest_many([item for _, item in items]))
+            return _with_pauses(lambda: store.intake.ingest_many([item for _, item in items]))
     except InvalidEvent:
         pass
     except DBAPIError as exc:
@@ -195,7 +195,7 @@ def _hand_back(requests: list[Any], exc: Exception, failures: int | None = None)
 def _refuse(store: Any, reason: str, fields: dict[str, Any]) -> dict[str, Any]:
     inbox, source, source_id = fields.get("inbox"), fields.get("source"), fields.get("source_id")
     unexpected = fields.get("unexpected") or {}
-    store.record_rejection("task:wakeful.ingest", reason, inbox=inbox, source=source,
+    store.operator.record_rejection("task:wakeful.ingest", reason, inbox=inbox, source=source,
                            source_id=source_id, excerpt=_excerpt(fields.get("payload"), unexpected))
     log.warning("ingest rejected: %s (inbox=%r source=%r source_id=%r)", reason,
                 _short(inbox), _short(source), _short(source_id))

@@ -43,9 +43,9 @@ def dispatch_outbox(inbox: str | None = None, rung: bool = False) -> dict[str, A
     send = get_channel()
     if inbox or rung:
         named = dict.fromkeys([*([inbox] if inbox else []), *(doorbell.dispatch_started() if rung else [])])
-        targets = list(dict.fromkeys(t for name in named for t in (name, *store.approver_inboxes(name))))
+        targets = list(dict.fromkeys(t for name in named for t in (name, *store.approvals.approvers(name))))
     else:
-        targets = store.outbox_due()
+        targets = store.outgoing.due()
     sent, failed = 0, []
     for name in targets:
         try:

@@ -95,18 +95,18 @@ class HeldLease:
 
     def mint_grant(self, routes: list[str], ttl: int) -> str | None:
         """A grant for the egress proxy, valid while this lease is (None once it is lost)."""
-        return self.store.mint_grant(self.inbox, self.holder, self.generation, routes, ttl)
+        return self.store.grants.mint(self.inbox, self.holder, self.generation, routes, ttl)
 
     def check_budget(self, budget: Budget) -> Verdict:
         """May this run make a model call (store/spend.py)? A refusal is fenced by this lease."""
-        return _once_more_on_disconnect(lambda: self.store.check_budget(
+        return _once_more_on_disconnect(lambda: self.store.spend.check(
             self.inbox, self.holder, self.generation, budget))
 
     def count_spend(self, budget: Budget, usage: Usage) -> None:
         """A model call's usage, counted at once and not fenced: it was paid for. Tried again
         on a lost connection like a finish; should the first have committed unseen, the call
         counts twice: a budget errs towards stopping early, never towards spending more."""
-        _once_more_on_disconnect(lambda: self.store.count_spend(self.inbox, budget, usage))
+        _once_more_on_disconnect(lambda: self.store.spend.count(self.inbox, budget, usage))
 
 
 @app.task(name="wakeful.run_inbox", bind=True)  # its time limits: task_annotations (tasks/celeryconfig.py)
@@ -132,7 +132,7 @@ def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = N
     if drain:
         until = min(time.monotonic() + settings.drain_seconds, deadline - settings.run_time_limit / 2)
         backlog = Drain(until, skip=[])
-    with store.pinned():
+    with store.transactions.pinned():
         if lane is None or not isinstance(inbox, str):
             summary = _run_inbox(store, agent, inbox, holder, deadline, backlog)
         else:
@@ -147,9 +147,9 @@ def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = N
 def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: float,
                backlog: Drain | None) -> dict[str, Any]:
     try:
-        start = store.start_run(inbox, holder)
+        start = store.wakes.start(inbox, holder)
     except InvalidEvent as exc:  # a malformed doorbell (missing or wrong-typed inbox)
-        store.record_rejection("task:wakeful.run_inbox", str(exc), inbox=inbox)
+        store.operator.record_rejection("task:wakeful.run_inbox", str(exc), inbox=inbox)
         log.warning("run_inbox rejected: %s (inbox=%r)", exc, repr(inbox)[:80])
         return {"inbox": None, "rejected": str(exc)}
     if start.generation is None:
@@ -187,7 +187,7 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
                 if served:
                     doorbell.ring_backlog(served[-1])  # the backlog may not be empty: hand it on
                 break
-            got = store.start_next_run(holder, skip=backlog.skip)
+            got = store.wakes.start_next(holder, skip=backlog.skip)
             if got is None:
                 break
             _claimed(got[0], got[1].generation, got[1].events)
@@ -237,7 +237,7 @@ def _loop(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str,
             if not events and not lease.renew():
                 return "fenced"  # the release refused because the lease is no longer ours
             _claimed(inbox, gen, events)
-            memory = store.memory(inbox) if events else memory
+            memory = store.wakes.memory(inbox) if events else memory
             continue
         empty_refusals = 0
         last = len(runs) + 1 >= runtime_settings().max_runs_per_task
@@ -276,7 +276,7 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
         # database connection: the pinned one goes back to the pool until the finish. A
         # prefork child runs one run at a time, so it keeps its connection (and saves a
         # checkout and its pre-ping on every wake).
-        unpinned = lease.store.unpinned() if runtime.shares_process() else contextlib.nullcontext()
+        unpinned = lease.store.transactions.unpinned() if runtime.shares_process() else contextlib.nullcontext()
         with unpinned, keeper.holding(lease, runtime_settings().lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
                       memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant,
@@ -346,7 +346,7 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     take_next = drain.skip if drain is not None and drain.open() else None
     with faults.before_commit(store, "before_finish_commit", **where):
         if claim_next:
-            step = _once_more_on_disconnect(lambda: store.finish_and_claim(
+            step = _once_more_on_disconnect(lambda: store.wakes.finish_and_claim(
                 inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after,
                 take_next=take_next))
         else:

@@ -63,7 +63,7 @@ def content(make_store: Callable[..., Store]) -> Content:
     store.run_scheduler(now=now - 50)  # the expiry fires: an "expired" answer event
     assert store.ingest("bob", "chat", "b-1", {"text": "hi"}, now=now - 40)
     assert store.acquire("bob", "worker-7", now=now) is not None
-    store.record_rejection("task:wakeful.ingest", "payload must be a JSON object",
+    store.operator.record_rejection("task:wakeful.ingest", "payload must be a JSON object",
                            inbox="carol", source="chat", source_id="c-1", excerpt='"oops"')
     [dead] = store.dead()
     assert dead.id == poison.id

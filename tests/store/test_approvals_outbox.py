@@ -18,10 +18,10 @@ H = 3600
 
 def test_an_answer_before_the_deadline_stands_and_a_second_tap_is_told_so(store: Store) -> None:
     store.request_approval("a", "r1", "refund order 1", 4 * H, now=T)
-    assert [a.request_id for a in store.approvals("a")] == ["r1"]
+    assert [a.request_id for a in store.approvals.view("a")] == ["r1"]
     assert store.answer_approval("a", "r1", "no", now=T + H) == "no"
     assert store.answer_approval("a", "r1", "yes", now=T + 2 * H) == "no"
-    assert store.approvals("a") == []  # answered: no longer pending
+    assert store.approvals.view("a") == []  # answered: no longer pending
     [answer] = store.events("a")
     assert (answer.source, answer.source_id, answer.payload) == (
         "approval", "r1", {"approval": "r1", "answer": "no", "action": "refund order 1"})
@@ -100,18 +100,18 @@ def test_gaps_are_per_inbox(store: Store) -> None:
     write(store, "b", T, "to b")
     assert store.dispatch("a", sent.append, now=T) == 1
     assert store.dispatch("b", sent.append, now=T) == 1
-    assert store.outbox_due(now=T) == []
+    assert store.outgoing.due(now=T) == []
 
 
 def test_outbox_due_lists_the_inboxes_a_dispatch_would_send(store: Store) -> None:
     write(store, "a", T, "first")
     write(store, "b", T, "first")
-    assert store.outbox_due(now=T) == ["a", "b"]
+    assert store.outgoing.due(now=T) == ["a", "b"]
     store.dispatch("a", lambda m: None, now=T)
     write(store, "a", T + 1, "second")
-    assert store.outbox_due(now=T + 1) == ["b"]
+    assert store.outgoing.due(now=T + 1) == ["b"]
     write(store, "a", T + 2, Message("urgent", urgent=True))
-    assert store.outbox_due(now=T + 2) == ["a", "b"]
+    assert store.outgoing.due(now=T + 2) == ["a", "b"]
 
 
 def test_a_send_that_raises_is_retried_with_the_same_key(store: Store) -> None:

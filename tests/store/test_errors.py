@@ -56,8 +56,8 @@ def test_statuses_are_enums_equal_to_the_strings_stored(store: Store) -> None:
     from store import EventStatus, RunEnd
 
     store.ingest("a", "chat", "m-1", {"text": "hi"}, now=T)
-    start = store.start_run("a", "W", now=T)
+    start = store.wakes.start("a", "W", now=T)
     assert [e.status for e in start.events] == [EventStatus.RUNNING]
     store.finish("a", "W", start.generation, [e.id for e in start.events], now=T)
     assert [e.status for e in store.events("a", status=EventStatus.DONE)] == ["done"]
-    assert [r.outcome for r in store.runs("a")] == [RunEnd.DONE]
+    assert [r.outcome for r in store.operator.run_log("a")] == [RunEnd.DONE]

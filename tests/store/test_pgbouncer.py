@@ -32,9 +32,9 @@ def wakes(store: Store, inbox: str) -> list[int]:
     done = []
     for n in range(10):
         store.ingest(inbox, "chat", f"m-{n}", {"n": n}, now=T + n)
-        start = store.start_run(inbox, "W", now=T + n)
+        start = store.wakes.start(inbox, "W", now=T + n)
         ids = [e.id for e in start.events]
-        step = store.finish_and_claim(inbox, "W", start.generation, ids,
+        step = store.wakes.finish_and_claim(inbox, "W", start.generation, ids,
                                       Outcome(messages=[f"reply {n}"], memory={"n": n}), now=T + n)
         assert step.finished and step.released
         done += ids
@@ -49,7 +49,7 @@ def test_the_store_runs_through_pgbouncer_in_transaction_mode(pg_url: str, bounc
             results = list(pool.map(lambda i: wakes(store, f"inbox-{i}"), range(4)))
         assert all(len(ids) == 10 for ids in results)
         assert [e.status for e in store.events("inbox-0")] == ["done"] * 10
-        assert store.memory("inbox-3") == {"n": 9}
+        assert store.wakes.memory("inbox-3") == {"n": 9}
         store.add_timer("inbox-0", "tick", T + 100, {"k": 1}, every=60)
         assert [f.inbox for f in store.run_scheduler(now=T + 100)] == ["inbox-0"]
         store.request_approval("inbox-1", "r-1", "refund", 600, now=T + 10)
@@ -78,6 +78,6 @@ def test_without_the_pooler_setting_pgbouncer_refuses_the_session_options(pg_url
     store = Store.connect(through(pg_url, bouncer))
     try:
         with pytest.raises(OperationalError, match="unsupported startup parameter: options"):
-            store.clock()
+            store.transactions.clock()
     finally:
         store.dispose()
