@@ -613,7 +613,7 @@ def mint_grants(rig: Rig, wait: float, n: int) -> list[str]:
     prefix = _prefix("grant", wait)
 
     def mint(i: int) -> str:
-        start = store.wakes.start(f"{prefix}{i}", "bench-limit")
+        start = store.runs.start(f"{prefix}{i}", "bench-limit")
         return store.grants.mint(f"{prefix}{i}", "bench-limit", start.generation, ["anthropic"], 900)
 
     try:

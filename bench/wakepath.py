@@ -51,12 +51,12 @@ def combined(store, inbox: str, agent) -> float:
     from agent import Run
 
     holder = f"bench:{os.getpid()}"
-    start = store.wakes.start(inbox, holder)
+    start = store.runs.start(inbox, holder)
     gen, events, memory = start.generation, start.events, start.memory
     while events:
         run = Run(inbox=inbox, events=events, generation=gen, memory=memory)
         outcome = agent(run) or Outcome()
-        step = store.wakes.finish_and_claim(inbox, holder, gen, [e.id for e in events], outcome=outcome)
+        step = store.runs.finish_and_claim(inbox, holder, gen, [e.id for e in events], outcome=outcome)
         events, memory = step.events, step.memory
     return agent.called_at
 
@@ -98,7 +98,7 @@ def drained(store, n: int, tag: str) -> dict[str, float]:
     holder = f"bench:{os.getpid()}"
     times = []
     with store.transactions.pinned():
-        got = store.wakes.start_next(holder)
+        got = store.runs.start_next(holder)
         for i in range(n + 20):
             if got is None:
                 raise RuntimeError(f"the backlog ran dry after {i} wakes")
@@ -106,7 +106,7 @@ def drained(store, n: int, tag: str) -> dict[str, float]:
                 counts.clear()  # after the warm-up
             inbox, start = got
             began = time.perf_counter()
-            step = store.wakes.finish_and_claim(inbox, holder, start.generation, [e.id for e in start.events],
+            step = store.runs.finish_and_claim(inbox, holder, start.generation, [e.id for e in start.events],
                                           take_next=[])
             times.append((time.perf_counter() - began) * 1000)
             got = step.next

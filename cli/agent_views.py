@@ -19,7 +19,7 @@ def run_details(store: Any, inbox: str) -> dict[tuple[int, tuple[int, ...]], dic
     output_tokens, decisions ({tool_use_id: "tool:decision"}), stop."""
     from agent.claude import LOG_KEY
 
-    entries = store.wakes.memory(inbox).get(LOG_KEY) or []
+    entries = store.runs.memory(inbox).get(LOG_KEY) or []
     return {(e["generation"], tuple(sorted(e["events"]))): e for e in entries if isinstance(e, dict)}
 
 

@@ -180,7 +180,7 @@ class Demo:
         return [line for line in lines if line["inbox"] == inbox]
 
     def woke_after(self, inbox: str, t0: float) -> float:
-        return self.store.wakes.memory(inbox)["last_run"]["woke_at"] - t0
+        return self.store.runs.memory(inbox)["last_run"]["woke_at"] - t0
 
     # --- the story ------------------------------------------------------------------
     def webhook_twice(self) -> None:

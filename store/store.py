@@ -1,7 +1,7 @@
 """``Store``: the contract of DESIGN.md section 4, a small front over per-concern parts.
 
 The contract's calls are methods here; every other call is on a part, reached as an
-attribute (``store.wakes``, ``store.effects``, ``store.operator``, ...; docs/store.md lists
+attribute (``store.runs``, ``store.effects``, ``store.operator``, ...; docs/store.md lists
 which holds what). The front and every part share one ``Transactions`` (``store.transactions``:
 the engine, the settings, the pinned connection), so each call is one short transaction
 opened the same way. A call validates its input before it opens the transaction and never
@@ -25,7 +25,7 @@ from .hook_secrets import HookSecrets
 from .records import Event, Fired, InboxStatus, Outcome, OutboxRow, OutgoingMessage, TimerRow
 from .spend import Spend
 from .transactions import Transactions
-from .wakes import Wakes
+from .worker import Runs
 from settings import StoreSettings
 
 
@@ -34,7 +34,8 @@ class Store:
         self.transactions = Transactions(engine, settings)
         self.engine = engine
         self.settings = self.transactions.settings
-        self.wakes = Wakes(self.transactions)
+        self.runs = Runs(self.transactions)
+        self.wakes = timers.Wakes(self.transactions)
         self.intake = inbox_rules.Intake(self.transactions)
         self.approvals = approvals.Approvals(self.transactions)
         self.outgoing = outbox.Outgoing(self.transactions)

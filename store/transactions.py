@@ -35,8 +35,8 @@ class Transactions:
     def pinned(self) -> Iterator[None]:
         """Run this thread's store calls on one pooled connection until the block ends.
 
-        A worker task makes several short transactions (``wakes.start``,
-        ``wakes.finish_and_claim`` ...): pinned, back-to-back ones share one checkout, so one
+        A worker task makes several short transactions (``runs.start``,
+        ``runs.finish_and_claim`` ...): pinned, back-to-back ones share one checkout, so one
         pre-ping round trip. After the connection sat idle longer than ``PINNED_IDLE_SECONDS``
         (an agent's long step) it goes back to the pool and the next call checks one out
         again, pre-ping included, so a database restart during a long run costs nothing.

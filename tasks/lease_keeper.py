@@ -143,7 +143,7 @@ class LeaseKeeper:
                 by_store.setdefault(id(held.lease.store), []).append(held)
         for group in by_store.values():
             try:
-                renewed = group[0].lease.store.wakes.renew_many([h.key for h in group])
+                renewed = group[0].lease.store.runs.renew_many([h.key for h in group])
             except Exception as exc:  # noqa: BLE001 - a renewal must never kill the keeper
                 log.warning("renewing %d leases failed (%s); trying again", len(group), exc)
                 continue

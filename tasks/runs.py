@@ -147,7 +147,7 @@ def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = N
 def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: float,
                backlog: Drain | None) -> dict[str, Any]:
     try:
-        start = store.wakes.start(inbox, holder)
+        start = store.runs.start(inbox, holder)
     except InvalidEvent as exc:  # a malformed doorbell (missing or wrong-typed inbox)
         store.operator.record_rejection("task:wakeful.run_inbox", str(exc), inbox=inbox)
         log.warning("run_inbox rejected: %s (inbox=%r)", exc, repr(inbox)[:80])
@@ -187,7 +187,7 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
                 if served:
                     doorbell.ring_backlog(served[-1])  # the backlog may not be empty: hand it on
                 break
-            got = store.wakes.start_next(holder, skip=backlog.skip)
+            got = store.runs.start_next(holder, skip=backlog.skip)
             if got is None:
                 break
             _claimed(got[0], got[1].generation, got[1].events)
@@ -237,7 +237,7 @@ def _loop(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str,
             if not events and not lease.renew():
                 return "fenced"  # the release refused because the lease is no longer ours
             _claimed(inbox, gen, events)
-            memory = store.wakes.memory(inbox) if events else memory
+            memory = store.runs.memory(inbox) if events else memory
             continue
         empty_refusals = 0
         last = len(runs) + 1 >= runtime_settings().max_runs_per_task
@@ -346,7 +346,7 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     take_next = drain.skip if drain is not None and drain.open() else None
     with faults.before_commit(store, "before_finish_commit", **where):
         if claim_next:
-            step = _once_more_on_disconnect(lambda: store.wakes.finish_and_claim(
+            step = _once_more_on_disconnect(lambda: store.runs.finish_and_claim(
                 inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after,
                 take_next=take_next))
         else:

@@ -115,7 +115,7 @@ def write_summary(store: Store, operator_inbox: str | None, holder: str = HOLDER
     if generation is None:
         return {"channel": operator_inbox, "skipped": "the operator inbox's lease is held"}
     try:
-        since = store.wakes.memory(operator_inbox).get(WATERMARK, until - DAY)
+        since = store.runs.memory(operator_inbox).get(WATERMARK, until - DAY)
         text = render(incidents(store, since), since, until)
         outcome = Outcome(messages=[Message(text)] if text else [], memory={WATERMARK: until})
         written = store.finish(operator_inbox, holder, generation, [], outcome, now=now)

@@ -51,7 +51,7 @@ class Wakes:
         batch = self.store.claim(inbox, "w", gen, now=now)
         assert batch
         store = self.store
-        run = Run(inbox, batch, gen, store.wakes.memory(inbox), lambda: True,
+        run = Run(inbox, batch, gen, store.runs.memory(inbox), lambda: True,
                   _check_budget=lambda budget: store.spend.check(inbox, "w", gen, budget, now=now),
                   _count_spend=lambda budget, usage: store.spend.count(inbox, budget, usage, now=now))
         outcome = ClaudeRun(self.cfg, self.client, run).outcome()

@@ -71,7 +71,7 @@ def test_a_budget_of_n_tokens_stops_the_next_call_tells_once_and_survives_a_rest
     notices = [b.body for b in cluster.store.outbox("capped")]
     assert notices == [NOTICE]  # told once a day, not once a run
     # The held input (the read's result and the new message) waits in the conversation.
-    history = cluster.store.wakes.memory("capped")["claude"]["messages"]
+    history = cluster.store.runs.memory("capped")["claude"]["messages"]
     assert history[-1]["role"] == "user" and "are you there?" in str(history[-1])
     assert [t.id for t in cluster.store.timers("capped") if not t.done] == ["wakeful-budget-resumes"]
 
@@ -104,5 +104,5 @@ def test_a_fenced_runs_model_call_is_counted(make_cluster: Any, write_config: An
     assert row.tokens == _tokens(model.replies)
     [agent] = [r for r in cluster.store.spend.today("stall") if r.scope == "agent"]
     assert (agent.name, agent.calls, agent.tokens) == ("errands", 2, row.tokens)
-    assert cluster.store.wakes.memory("stall")[TOTALS_KEY]["model_calls"] == 1  # the committed run's only
+    assert cluster.store.runs.memory("stall")[TOTALS_KEY]["model_calls"] == 1  # the committed run's only
     assert [r.body for r in cluster.store.outbox("stall")] == ["Noted: hello"]  # one answer

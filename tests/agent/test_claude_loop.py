@@ -40,7 +40,7 @@ class Agent:
             if not batch:
                 self.store.release(inbox, "w", gen)
                 return outcomes
-            run = Run(inbox, batch, gen, self.store.wakes.memory(inbox), lambda: True)
+            run = Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True)
             outcome = ClaudeRun(self.cfg, self.client, run).outcome()
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome)
             self.store.release(inbox, "w", gen)
@@ -152,7 +152,7 @@ def test_a_read_tools_answer_never_unlocks_a_write(store: Store, model: Scripted
     assert "the output of lookup_order, which is not trusted" in effect.why and "not trusted" not in effect.words
     [result] = model.requests[1]["messages"][-1]["content"]
     assert result["content"].startswith('<untrusted tool="lookup_order" id="toolu_')  # told it is data
-    assert store.wakes.memory("ada")["claude"]["tainted"] == ["the output of lookup_order"]
+    assert store.runs.memory("ada")["claude"]["tainted"] == ["the output of lookup_order"]
 
 
 def test_a_tool_declared_trusted_output_unlocks_a_write(store: Store, model: ScriptedModel,
@@ -194,7 +194,7 @@ def test_taint_outlives_the_trimmed_turn_that_brought_it(store: Store, model: Sc
     for n in range(20):
         agent.say(f"owner's message {n} " + "x" * 40)
         agent.wake()
-    assert "untrusted" not in json.dumps(store.wakes.memory("ada")["claude"]["messages"])  # the turn is gone
+    assert "untrusted" not in json.dumps(store.runs.memory("ada")["claude"]["messages"])  # the turn is gone
     agent.say('call refund {"order": 4}')
     agent.wake()
     assert calls(tool_log) == []
@@ -266,7 +266,7 @@ def test_the_conversation_is_bounded(store: Store, model: ScriptedModel, write_c
     for n in range(30):
         agent.say(f"message number {n} " + "x" * 40)
         agent.wake()
-    state = store.wakes.memory("ada")["claude"]
+    state = store.runs.memory("ada")["claude"]
     import json
     assert len(json.dumps(state["messages"], ensure_ascii=False)) <= 2000
     assert state["dropped"] > 0 and "earlier messages" in state["messages"][0]["content"][0]["text"]
@@ -331,9 +331,9 @@ def test_max_tokens_sends_the_cut_text_and_a_refusal_sends_nothing(agent: Agent)
     agent.say("refuse")
     agent.wake()
     assert len(agent.said()) == 1
-    log = agent.store.wakes.memory("ada")["claude_runs"]
+    log = agent.store.runs.memory("ada")["claude_runs"]
     assert [e["stop"] for e in log] == ["max_tokens", "refusal"]
-    messages = agent.store.wakes.memory("ada")["claude"]["messages"]
+    messages = agent.store.runs.memory("ada")["claude"]["messages"]
     assert messages[-1]["role"] == "user"  # the refused reply is not kept
 
 
@@ -391,6 +391,6 @@ def test_input_held_while_waiting_and_one_huge_event_stay_bounded(store: Store, 
         agent.wake()
     agent.say("z" * 50_000)
     agent.wake()
-    state = store.wakes.memory("ada")["claude"]
+    state = store.runs.memory("ada")["claude"]
     assert len(json.dumps(state["held"])) <= 4000 // 2 + 1200
     assert "were dropped" in state["held"][0]["text"] and "[cut:" in state["held"][-1]["text"]

@@ -38,7 +38,7 @@ class Loop:
             if not batch:
                 self.store.release(inbox, "w", gen)
                 return
-            outcome = self.agent(Run(inbox, batch, gen, self.store.wakes.memory(inbox), lambda: True))
+            outcome = self.agent(Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True))
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome)
             self.store.release(inbox, "w", gen)
             execute_runnable(self.store, self.cfg, inbox)
@@ -119,7 +119,7 @@ def test_untrusted_text_makes_an_allowed_write_ask_naming_why(store: Store, conf
     [effect] = store.effects.view("ada")
     assert effect.status == "asked" and effect.why == "the conversation holds an event from mail, which is not trusted"
     assert calls(tool_log) == []
-    kit = Toolkit(Run("ada", [], 9, store.wakes.memory("ada")))
+    kit = Toolkit(Run("ada", [], 9, store.runs.memory("ada")))
     assert kit.tainted == ("an event from mail",)  # kept in the inbox's memory for later runs
 
 

@@ -71,7 +71,7 @@ def test_an_effect_no_configured_tool_runs_fails_the_run_and_stores_nothing(
     assert all(r.error and r.error.startswith("invalid outcome: no configured tool can run the effect(s) "
                                               "of 'launch'") for r in runs), runs[0].error
     assert cluster.store.effects.view("moon") == []
-    assert cluster.store.outbox("moon") == [] and "tried" not in cluster.store.wakes.memory("moon")
+    assert cluster.store.outbox("moon") == [] and "tried" not in cluster.store.runs.memory("moon")
 
 
 def test_a_kit_loops_http_tools_go_through_the_proxy_under_its_grants(make_cluster: Any, tmp_path: Path,

@@ -53,7 +53,7 @@ class Agent:
             if not batch:
                 self.store.release(inbox, "w", gen, now=now)
                 return outcomes
-            run = Run(inbox, batch, gen, self.store.wakes.memory(inbox), lambda: True,
+            run = Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True,
                       _timers=functools.partial(self.store.timers, inbox))
             outcome = ClaudeRun(self.cfg, self.client, run).outcome()
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome, now=now)
@@ -212,7 +212,6 @@ def test_with_ask_the_executor_writes_the_wake_after_the_yes(store: Store, model
 def test_the_executors_write_is_fenced_by_the_effects_attempt(store: Store, model: ScriptedModel,
                                                               write_config: Any) -> None:
     from store import Timer
-    from store.timers import Wakes
 
     agent = Agent(store, model, wakes_config(write_config, policy="ask"))
     agent.say(call("schedule_wake", after_seconds=600, note="later"))
@@ -225,9 +224,9 @@ def test_the_executors_write_is_fenced_by_the_effects_attempt(store: Store, mode
     assert store.finish("ada", "w", gen, [e.id for e in batch], outcome=Outcome(answered=[effect.tool_use_id]))
     taken = book.begin("ada", effect.tool_use_id, stale_after=300)
     timer = Timer(f"wake:{effect.tool_use_id}", {"wake": "x", "note": "n", "set": "s"}, after=600)
-    assert Wakes(store).write("ada", effect.tool_use_id, taken.attempts - 1, timer, 20) == "superseded"
-    assert Wakes(store).write("ada", effect.tool_use_id, taken.attempts, timer, 20) == "written"
-    assert Wakes(store).write("ada", effect.tool_use_id, taken.attempts, timer, 20) == "exists"  # a retry
+    assert store.wakes.write("ada", effect.tool_use_id, taken.attempts - 1, timer, 20) == "superseded"
+    assert store.wakes.write("ada", effect.tool_use_id, taken.attempts, timer, 20) == "written"
+    assert store.wakes.write("ada", effect.tool_use_id, taken.attempts, timer, 20) == "exists"  # a retry
     assert len(agent.wakes()) == 1
 
 
@@ -285,7 +284,7 @@ def test_a_custom_loop_on_the_tool_kit_gets_them_too(store: Store, write_config:
             if not batch:
                 store.release("kit", "w", gen)
                 return
-            run = Run("kit", batch, gen, store.wakes.memory("kit"), _timers=functools.partial(store.timers, "kit"))
+            run = Run("kit", batch, gen, store.runs.memory("kit"), _timers=functools.partial(store.timers, "kit"))
             assert store.finish("kit", "w", gen, [e.id for e in batch], outcome=custom_loop.agent(run))
         raise AssertionError("the inbox never settled")
 

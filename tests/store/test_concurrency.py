@@ -195,7 +195,7 @@ def test_a_stuck_transaction_on_an_inbox_makes_acquire_say_held_not_wait(pg_stor
     with store.engine.connect() as paused:
         paused.execute(text("SELECT 1 FROM inboxes WHERE inbox = 'stuck' FOR UPDATE"))
         assert store.acquire("stuck", "B") is None
-        assert store.wakes.start("stuck", "B").generation is None
+        assert store.runs.start("stuck", "B").generation is None
         assert store.acquire("other", "B") == 1  # other inboxes never wait on this one
     assert store.renew("stuck", "A", 1) is True  # the lock is gone with the transaction
 
@@ -222,26 +222,26 @@ def test_a_pinned_connection_lost_mid_task_is_replaced_at_the_next_call(pg_store
     store = pg_store()
     store.ingest("a", "chat", "m-1", {})
     with store.transactions.pinned():
-        start = store.wakes.start("a", "A")
+        start = store.runs.start("a", "A")
         cut_connections(store)
         with pytest.raises(DBAPIError):
-            store.wakes.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
-        step = store.wakes.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+            store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+        step = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
     assert step.finished and step.released
 
 
 def test_a_pinned_connection_idle_past_the_threshold_is_checked_again(pg_store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """After an agent's long step the next call checks a connection out again (pre-ping
     included): a restart during the step costs nothing."""
-    import store.store
+    import store.transactions
 
-    monkeypatch.setattr(store.store, "PINNED_IDLE_SECONDS", 0.0)
+    monkeypatch.setattr(store.transactions, "PINNED_IDLE_SECONDS", 0.0)
     s = pg_store()
     s.ingest("a", "chat", "m-1", {})
     with s.transactions.pinned():
-        start = s.wakes.start("a", "A")
+        start = s.runs.start("a", "A")
         cut_connections(s)
-        step = s.wakes.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+        step = s.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
     assert step.finished and step.released
 
 
@@ -300,7 +300,7 @@ def test_takers_of_the_backlog_never_take_one_inbox_twice(pg_store) -> None:  # 
 
     def drain(i: int) -> None:
         while True:
-            got = store.wakes.start_next(f"W{i}")
+            got = store.runs.start_next(f"W{i}")
             if got is None:
                 if not any(e.status == "pending" for n in range(60) for e in store.events(f"i{n}")):
                     return
@@ -308,7 +308,7 @@ def test_takers_of_the_backlog_never_take_one_inbox_twice(pg_store) -> None:  # 
             inbox, start = got
             with lock:
                 taken.append((inbox, start.generation))
-            step = store.wakes.finish_and_claim(inbox, f"W{i}", start.generation, [e.id for e in start.events],
+            step = store.runs.finish_and_claim(inbox, f"W{i}", start.generation, [e.id for e in start.events],
                                           Outcome(messages=["ok"]))
             assert step.finished and step.released
 
@@ -332,7 +332,7 @@ def test_takers_racing_through_a_backlog_give_up_only_when_nothing_is_left_to_ta
     left_when_giving_up: list[int] = []
 
     def take(i: int) -> None:
-        while (got := store.wakes.start_next(f"T{i}")) is not None:
+        while (got := store.runs.start_next(f"T{i}")) is not None:
             taken.append(got[0])
         with store.engine.connect() as conn:
             left_when_giving_up.append(conn.execute(ready_unheld).scalar_one())

@@ -57,8 +57,8 @@ def test_sweep_finds_inboxes_with_work_and_no_live_lease(store: Store) -> None:
     store.ingest("crashed", "chat", "m", {}, now=T)
     gen = store.acquire("crashed", "W", now=T)
     store.claim("crashed", "W", gen, now=T)
-    assert store.wakes.sweep_candidates(now=T + 1) == ["lost-doorbell"]
-    assert store.wakes.sweep_candidates(now=T + TTL + 1) == ["lost-doorbell", "busy", "crashed"]
+    assert store.runs.sweep_candidates(now=T + 1) == ["lost-doorbell"]
+    assert store.runs.sweep_candidates(now=T + TTL + 1) == ["lost-doorbell", "busy", "crashed"]
 
 
 def test_sweep_waits_for_a_backoff(make_store) -> None:  # type: ignore[no-untyped-def]
@@ -68,8 +68,8 @@ def test_sweep_waits_for_a_backoff(make_store) -> None:  # type: ignore[no-untyp
     [event] = store.claim("a", "W", gen, now=T)
     store.finish("a", "W", gen, [event.id], error="boom", now=T)
     store.release("a", "W", gen, now=T)
-    assert store.wakes.sweep_candidates(now=T + 29) == []
-    assert store.wakes.sweep_candidates(now=T + 30) == ["a"]
+    assert store.runs.sweep_candidates(now=T + 29) == []
+    assert store.runs.sweep_candidates(now=T + 30) == ["a"]
 
 
 def test_purge_drops_payloads_but_keeps_keys_for_the_dedupe_window(make_store) -> None:  # type: ignore[no-untyped-def]

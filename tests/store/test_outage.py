@@ -51,8 +51,8 @@ def test_try_later_gives_the_attempt_back_and_waits_as_long_as_the_outage_has_la
         grown = min(40, max(5, now - T))  # as long as the outage has lasted, within base..cap
         waits = {not_before(store, i) - now for i in ids}
         assert len(waits) == 1 and grown // 2 <= waits.pop() <= grown  # one jitter per finish
-        assert store.wakes.sweep_candidates(now=not_before(store, ids[0]) - 1) == []  # no run while waiting
-        assert store.wakes.sweep_candidates(now=not_before(store, ids[0])) == ["a"]
+        assert store.runs.sweep_candidates(now=not_before(store, ids[0]) - 1) == []  # no run while waiting
+        assert store.runs.sweep_candidates(now=not_before(store, ids[0])) == ["a"]
         now = not_before(store, ids[0])
     gen = store.acquire("a", "A", now=now)
     batch = store.claim("a", "A", gen, now=now)

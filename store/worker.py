@@ -1,10 +1,11 @@
-"""``Wakes``: a worker's calls for one wake of an inbox (``store.wakes``).
+"""``Runs``: the calls a worker makes to run an inbox (``store.runs``).
 
 A wake is two commits: ``start`` (acquire + claim + memory) and ``finish_and_claim`` (the
 finish, then the next batch or the release; see docs/store.md). Around them: the next inbox
-a draining worker takes (``start_next``), the lease keeper's renewals (``renew_many``) and
-the sweep's scan (``sweep_candidates``). Each call is one short transaction through the
-store's ``Transactions``; the rules are in runs.py, backlog.py, leases.py and inbox.py.
+a draining worker takes (``start_next``), the lease keeper's renewals (``renew_many``), the
+sweep's scan (``sweep_candidates``) and the inbox's memory. Each call is one short
+transaction through the store's ``Transactions``; the rules are in runs.py, backlog.py,
+leases.py and inbox.py (a module of its own: backlog.py builds on runs.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .records import Outcome, RunStart, RunStep
 from .transactions import Transactions
 
 
-class Wakes:
+class Runs:
     def __init__(self, transactions: Transactions) -> None:
         self.transactions = transactions
 
