@@ -1,6 +1,6 @@
 """``ingest_many_per_s`` against ``pgbench_insert_tps``: rows stored per second straight into
 the store by the same number of clients (the workers' concurrency), wakeful's batched
-``Store.ingest_many`` against pgbench running the store's own single-row
+``store.intake.ingest_many`` against pgbench running the store's own single-row
 ``INSERT ... ON CONFLICT DO NOTHING RETURNING id`` (and, for reference, the same statement
 inserting a whole batch)."""
 

@@ -8,7 +8,7 @@ rejected-input table, and a caller that asked for a result (``ignore_result=Fals
 "rejected": "<why>"}``.
 
 The worker takes these messages in batches (tasks/batches.py: up to 100, none waiting more
-than 20 ms): a batch goes into one ``Store.ingest_many`` (one transaction) and one coalesced
+than 20 ms): a batch goes into one ``store.intake.ingest_many`` (one transaction) and one coalesced
 doorbell for the inboxes with a new event. Each message is acked once its event is committed. A bad message
 is refused alone: the others in its batch are stored. A database that cannot be reached is
 tried again a few times, then the batch's messages are sent again with a countdown (as

@@ -13,7 +13,7 @@ inbox from the backlog: one commit per drained wake. While the agent runs, the p
 lease keeper renews the lease (the agent need not call ``run.heartbeat()``, though a long
 step may, to stop early once the lease is lost). The task's own transactions run on one
 pinned connection: one pool checkout (and pre-ping) per task, not one per transaction; in a
-dense worker it goes back to the pool while the agent waits (``Store.unpinned``).
+dense worker it goes back to the pool while the agent waits (``store.transactions.unpinned``).
 
 One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; its last run finishes without
 claiming more, and the task hands the inbox back (``release(force=True)``) and rings again,
@@ -174,7 +174,7 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
     at once recruits nobody. An inbox this task handed back is not taken again by it.
 
     A finish that releases its inbox while the drain is open takes the next inbox in its
-    own transaction (``Store.finish_and_claim(take_next=...)``): one commit per drained wake.
+    own transaction (``store.runs.finish_and_claim(take_next=...)``): one commit per drained wake.
     ``start_next_run`` takes one only when that did not happen (the first take, a finish
     that was fenced or handed its inbox back)."""
     served: list[str] = []
