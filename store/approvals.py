@@ -16,6 +16,7 @@ who gave it (``by``) in the answer's event.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from sqlalchemy import Connection, and_, select
 
@@ -168,14 +169,14 @@ def approver_of(conn: Connection, inbox: str, request_id: str) -> str:
     return routed or SELF
 
 
-def approver_inboxes(conn: Connection, inbox: str) -> list[str]:
-    """The operator inboxes (``inbox:NAME`` approvers) of ``inbox``'s approvals that wait for
-    an answer: their outboxes hold requests this inbox's runs wrote."""
+def approver_inboxes(conn: Connection, inboxes: Sequence[str]) -> list[str]:
+    """The operator inboxes (``inbox:NAME`` approvers) of these inboxes' approvals that wait
+    for an answer: their outboxes hold requests these inboxes' runs wrote."""
     answer_event = and_(events.c.inbox == approvals.c.inbox, events.c.source == SOURCE,
                         events.c.source_id == approvals.c.request_id)
     rows = conn.execute(select(approvals.c.approver).distinct()
                         .select_from(approvals.outerjoin(events, answer_event))
-                        .where(approvals.c.inbox == inbox, approvals.c.approver.like("inbox:%"),
+                        .where(approvals.c.inbox.in_(list(inboxes)), approvals.c.approver.like("inbox:%"),
                                events.c.id.is_(None)))
     return sorted(r.approver.partition(":")[2] for r in rows)
 
@@ -187,10 +188,10 @@ class Approvals:
     def __init__(self, transactions: Transactions) -> None:
         self.transactions = transactions
 
-    def approvers(self, inbox: str) -> list[str]:
-        """The operator inboxes that hold requests for ``inbox``'s approvals still waiting."""
+    def approvers(self, *inboxes: str) -> list[str]:
+        """The operator inboxes that hold requests for these inboxes' approvals still waiting."""
         with self.transactions.transaction() as conn:
-            return approver_inboxes(conn, inbox)
+            return approver_inboxes(conn, inboxes)
 
     def view(self, inbox: str | None = None, *, pending_only: bool = True) -> list[Approval]:
         with self.transactions.transaction() as conn:

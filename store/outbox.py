@@ -29,6 +29,11 @@ A dispatch never holds a transaction across the send:
 * at-most-once: mark the rows sent when claiming them, then send. A crash loses the message
   instead of repeating it.
 
+Many inboxes are dispatched together (``DISPATCH_BATCH`` at a time): one transaction claims
+them all, the sends follow one by one, one transaction marks what was sent. A send that
+raises holds that inbox's messages again for the next dispatch (at-most-once: the one tried
+is lost, as it would be alone) and the other inboxes go on.
+
 Rows addressed to a named channel (an approver ``channel:NAME``) are sent apart from the
 inbox's own messages, one message per channel, and never count as the inbox's send. Two
 dispatchers serialize on the inbox row: the second finds the rows claimed and sends nothing.
@@ -36,14 +41,14 @@ dispatchers serialize on the inbox row: the second finds the rows claimed and se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Boolean, Connection, case, func, or_, select, update
+from sqlalchemy import Boolean, Connection, bindparam, case, func, or_, select, update
 
 from . import leases, validate
 from .db import OpenTransaction, clock
-from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, InvalidCall, InvalidOutcome, MessageKind, Message, OutboxItem, OutboxRow,
+from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, Dispatched, InvalidCall, InvalidOutcome, MessageKind, Message, OutboxItem, OutboxRow,
                       OutgoingMessage)
 from settings import StoreSettings
 from .tables import HOOK_KINDS, events, inboxes, outbox
@@ -127,51 +132,101 @@ def due_inboxes(conn: Connection, s: StoreSettings, now: int, limit: int) -> lis
 
 # -- dispatching -----------------------------------------------------------------------------
 
-def dispatch(transactions: OpenTransaction, s: StoreSettings, inbox: str, send: Callable[[OutgoingMessage], Any],
-             now: int | None) -> int:
+# Inboxes claimed in one transaction and marked sent in one: a burst of runs rings one dispatch
+# for hundreds of inboxes (tasks/doorbell.py), and one transaction per inbox made the control
+# worker the limit (docs/performance.md). The number also bounds how many messages have been
+# sent but are not yet marked (resent under the same key if the dispatcher dies meanwhile).
+DISPATCH_BATCH = 100
+
+
+def dispatch(transactions: OpenTransaction, s: StoreSettings, inboxes: Sequence[str],
+             send: Callable[[OutgoingMessage], Any], now: int | None) -> Dispatched:
     delivery = getattr(send, "delivery", AT_LEAST_ONCE)
     if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
         raise InvalidCall(f"delivery must be {AT_LEAST_ONCE!r} or {AT_MOST_ONCE!r}, got {delivery!r}")
+    names = sorted(set(inboxes))
+    result = Dispatched()
+    for at in range(0, len(names), DISPATCH_BATCH):
+        _dispatch_batch(transactions, s, names[at:at + DISPATCH_BATCH], send, delivery, now, result)
+    return result
+
+
+def _dispatch_batch(transactions: OpenTransaction, s: StoreSettings, names: list[str],
+                    send: Callable[[OutgoingMessage], Any], delivery: str, now: int | None,
+                    result: Dispatched) -> None:
     with transactions() as conn:
-        messages = _claim(conn, s, inbox, delivery, now)
-    sent = 0
-    for i, message in enumerate(messages):
-        try:
-            send(message)
-        except BaseException:
+        messages = _claim(conn, s, names, delivery, now)
+    sent: list[OutgoingMessage] = []
+    tried: set[str] = set()  # the keys whose send was attempted
+    try:
+        for message in messages:
+            if message.inbox in result.failed:  # its inbox's receiver is down: held again
+                continue
+            tried.add(message.key)
+            try:
+                send(message)
+            except Exception as exc:  # one receiver down must not hold up the other inboxes
+                result.failed[message.inbox] = exc
+                continue
+            sent.append(message)
+            result.sent += len(message.message_ids)
+    finally:  # also when interrupted: what was not sent is held again
+        if messages:
             with transactions() as conn:
-                if delivery == AT_LEAST_ONCE:  # let the next dispatch retry now, same keys
-                    conn.execute(update(outbox).where(
-                        outbox.c.dispatch_key.in_([m.key for m in messages[i:]]), HELD).values(claimed_at=None))
-                else:  # at-most-once: the messages not tried yet were never sent; hold them again
-                    conn.execute(update(outbox).where(outbox.c.dispatch_key.in_([m.key for m in messages[i + 1:]]))
-                                 .values(sent_at=None, dispatch_key=None, claimed_at=None))
-            raise
-        if delivery == AT_LEAST_ONCE:
-            with transactions() as conn:
-                _mark_sent(conn, inbox, message, clock(conn, now))
-        sent += len(message.message_ids)
-    return sent
+                _settle(conn, names, messages, sent, tried, delivery, now)
 
 
-def _claim(conn: Connection, s: StoreSettings, inbox: str, delivery: str, now: int | None) -> list[OutgoingMessage]:
-    lease = leases.lock(conn, inbox, now)
-    now = int(lease.now) if lease is not None else clock(conn, now)
+def _claim(conn: Connection, s: StoreSettings, names: list[str], delivery: str, now: int | None
+           ) -> list[OutgoingMessage]:
+    _lock(conn, names)
+    now = clock(conn, now)
     held = conn.execute(
-        select(outbox.c.id, outbox.c.body, outbox.c.urgent, outbox.c.kind, outbox.c.fields,
+        select(outbox.c.id, outbox.c.inbox, outbox.c.body, outbox.c.urgent, outbox.c.kind, outbox.c.fields,
                outbox.c.channel, outbox.c.dispatch_key, _due(s, now).label("due"))
-        .where(outbox.c.inbox == inbox, HELD)
-        .order_by(outbox.c.id)
+        .where(outbox.c.inbox.in_(names), HELD)
+        .order_by(outbox.c.inbox, outbox.c.id)
     ).all()
-    groups: dict[str | None, list[Any]] = {}
+    groups: dict[tuple[str, str | None], list[Any]] = {}
     for r in held:
-        groups.setdefault(r.channel, []).append(r)
-    claimed = []
-    for channel, rows in groups.items():
-        picked = _pick(rows)
-        if picked is not None:
-            claimed.append(_take(conn, inbox, channel, *picked, delivery, now))
+        groups.setdefault((r.inbox, r.channel), []).append(r)
+    claimed = [_message(inbox, channel, *picked) for (inbox, channel), rows in groups.items()
+               if (picked := _pick(rows)) is not None]
+    values: dict[str, Any] = {"dispatch_key": bindparam("p_key"), "claimed_at": now}
+    if delivery == AT_MOST_ONCE:
+        values["sent_at"] = now
+        _touch_last_sent(conn, claimed, now)
+    if claimed:
+        conn.execute(update(outbox).where(outbox.c.id == bindparam("p_id")).values(**values),
+                     [{"p_id": i, "p_key": m.key} for m in claimed for i in m.message_ids])
     return claimed
+
+
+def _lock(conn: Connection, names: list[str]) -> None:
+    """Lock the inboxes' rows, in name order (two dispatchers never wait on each other in
+    opposite orders; every other writer locks one inbox): a second dispatcher finds the rows
+    claimed and sends nothing. A no-op on SQLite, where BEGIN IMMEDIATE serializes writers."""
+    conn.execute(select(inboxes.c.inbox).where(inboxes.c.inbox.in_(names))
+                 .order_by(inboxes.c.inbox).with_for_update()).all()
+
+
+def _settle(conn: Connection, names: list[str], messages: list[OutgoingMessage], sent: list[OutgoingMessage],
+            tried: set[str], delivery: str, now: int | None) -> None:
+    """After the sends. At-least-once: the sent rows marked sent, the rest released for the
+    next dispatch, which resends them under the same keys. At-most-once: a send that was
+    tried counts as sent (its rows were marked at the claim); the rows never tried are held
+    again."""
+    done = {m.key for m in sent}
+    _lock(conn, names)
+    now = clock(conn, now)
+    if delivery == AT_LEAST_ONCE:
+        if sent:
+            conn.execute(update(outbox).where(outbox.c.dispatch_key.in_(done), HELD).values(sent_at=now))
+            _touch_last_sent(conn, sent, now)
+        if unsent := [m.key for m in messages if m.key not in done]:
+            conn.execute(update(outbox).where(outbox.c.dispatch_key.in_(unsent), HELD).values(claimed_at=None))
+    elif untried := [m.key for m in messages if m.key not in tried]:
+        conn.execute(update(outbox).where(outbox.c.dispatch_key.in_(untried))
+                     .values(sent_at=None, dispatch_key=None, claimed_at=None))
 
 
 def _pick(rows: list[Any]) -> tuple[list[Any], str] | None:
@@ -187,33 +242,22 @@ def _pick(rows: list[Any]) -> tuple[list[Any], str] | None:
     return (due, f"outbox-{due[0].id}") if due else None
 
 
-def _take(conn: Connection, inbox: str, channel: str | None, rows: list[Any], key: str, delivery: str,
-          now: int) -> OutgoingMessage:
+def _message(inbox: str, channel: str | None, rows: list[Any], key: str) -> OutgoingMessage:
     rows = sorted(rows, key=lambda r: (not r.urgent, r.id))  # urgent first, then in order
     items = tuple(OutboxItem(r.id, r.kind, r.body, r.urgent, r.fields) for r in rows)
-    message = OutgoingMessage(inbox=inbox, key=key, body="\n\n".join(r.body for r in rows),
-                              urgent=any(r.urgent for r in rows), message_ids=tuple(r.id for r in rows),
-                              items=items, channel=channel)
-    values: dict[str, Any] = {"dispatch_key": key, "claimed_at": now}
-    if delivery == AT_MOST_ONCE:
-        values["sent_at"] = now
-        _touch_last_sent(conn, message, now)
-    conn.execute(update(outbox).where(outbox.c.id.in_(message.message_ids)).values(**values))
-    return message
+    return OutgoingMessage(inbox=inbox, key=key, body="\n\n".join(r.body for r in rows),
+                           urgent=any(r.urgent for r in rows), message_ids=tuple(r.id for r in rows),
+                           items=items, channel=channel)
 
 
-def _mark_sent(conn: Connection, inbox: str, message: OutgoingMessage, now: int) -> None:
-    leases.lock(conn, inbox)
-    conn.execute(update(outbox).where(outbox.c.dispatch_key == message.key, HELD).values(sent_at=now))
-    _touch_last_sent(conn, message, now)
-
-
-def _touch_last_sent(conn: Connection, message: OutgoingMessage, now: int) -> None:
+def _touch_last_sent(conn: Connection, messages: list[OutgoingMessage], now: int) -> None:
     """The gap restarts with a send of the inbox's own that held more than replies."""
-    if message.channel is not None or all(i.kind == MessageKind.REPLY for i in message.items):
-        return
-    leases.lock_or_create(conn, message.inbox)
-    conn.execute(update(inboxes).where(inboxes.c.inbox == message.inbox).values(last_sent=now))
+    closing = sorted({m.inbox for m in messages
+                      if m.channel is None and any(i.kind != MessageKind.REPLY for i in m.items)})
+    for inbox in closing:
+        leases.lock_or_create(conn, inbox)  # the row exists (and is locked) to hold last_sent
+    if closing:
+        conn.execute(update(inboxes).where(inboxes.c.inbox.in_(closing)).values(last_sent=now))
 
 
 def view(conn: Connection, inbox: str) -> list[OutboxRow]:
@@ -223,8 +267,8 @@ def view(conn: Connection, inbox: str) -> list[OutboxRow]:
 
 
 class Outgoing:
-    """The dispatcher's scan (``store.outgoing``); ``dispatch`` and the ``outbox`` view are
-    the contract's calls on the Store."""
+    """The dispatcher's calls (``store.outgoing``); ``dispatch`` (one inbox) and the
+    ``outbox`` view are the contract's calls on the Store."""
 
     def __init__(self, transactions: Transactions) -> None:
         self.transactions = transactions
@@ -233,3 +277,9 @@ class Outgoing:
         """Inboxes whose held messages may be sent now."""
         with self.transactions.transaction() as conn:
             return due_inboxes(conn, self.transactions.settings, clock(conn, now), limit)
+
+    def dispatch_many(self, inboxes: Iterable[str], send: Callable[[OutgoingMessage], Any], *,
+                      now: int | None = None) -> Dispatched:
+        """``dispatch`` for many inboxes at once, a claim and a mark per hundred of them; an
+        inbox whose send raises is named in ``failed`` and the others go on."""
+        return dispatch(self.transactions.transaction, self.transactions.settings, list(inboxes), send, now)

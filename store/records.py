@@ -283,6 +283,15 @@ class OutgoingMessage:
         return kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "notice")
 
 
+@dataclass
+class Dispatched:
+    """What a dispatch of several inboxes did: messages sent, and each inbox whose send
+    raised (its unsent messages are held again for the next dispatch; the others went on)."""
+
+    sent: int = 0
+    failed: dict[str, Exception] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class TimerRow:
     id: str

@@ -171,8 +171,12 @@ class Store:
     # -- outbox --------------------------------------------------------------------------
 
     def dispatch(self, inbox: str, send: Callable[[OutgoingMessage], Any], *, now: int | None = None) -> int:
-        """Send the held messages as one; returns how many were sent (0 inside the gap)."""
-        return outbox.dispatch(self.transactions.transaction, self.settings, inbox, send, now)
+        """Send the held messages as one; returns how many were sent (0 inside the gap). A
+        send that raises is raised here, its messages held for the next dispatch."""
+        done = outbox.dispatch(self.transactions.transaction, self.settings, [inbox], send, now)
+        if inbox in done.failed:
+            raise done.failed[inbox]
+        return done.sent
 
     # -- the contract's views and operator actions ----------------------------------------
 

@@ -42,16 +42,12 @@ def dispatch_outbox(inbox: str | None = None, rung: bool = False) -> dict[str, A
     store = get_store()
     send = get_channel()
     if inbox or rung:
-        named = dict.fromkeys([*([inbox] if inbox else []), *(doorbell.dispatch_started() if rung else [])])
-        targets = list(dict.fromkeys(t for name in named for t in (name, *store.approvals.approvers(name))))
+        named = list(dict.fromkeys([*([inbox] if inbox else []), *(doorbell.dispatch_started() if rung else [])]))
+        targets = list(dict.fromkeys([*named, *store.approvals.approvers(*named)]))
     else:
         targets = store.outgoing.due()
-    sent, failed = 0, []
-    for name in targets:
-        try:
-            sent += store.dispatch(name, send)
-        except Exception as exc:  # one receiver down must not hold up the other inboxes
-            failed.append(name)
-            log.warning("dispatch for inbox %r failed (%s: %s); retried on the next tick",
-                        name, type(exc).__name__, exc)
-    return {"inboxes": len(targets), "messages_sent": sent, "failed": failed}
+    done = store.outgoing.dispatch_many(targets, send)
+    for name, exc in done.failed.items():
+        log.warning("dispatch for inbox %r failed (%s: %s); retried on the next tick",
+                    name, type(exc).__name__, exc)
+    return {"inboxes": len(targets), "messages_sent": done.sent, "failed": sorted(done.failed)}

@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+from sqlalchemy import event
 
 from store import AT_MOST_ONCE, InvalidEvent, Message, Outcome, OutgoingMessage, Store
 
@@ -126,6 +127,56 @@ def test_a_send_that_raises_is_retried_with_the_same_key(store: Store) -> None:
         store.dispatch("a", flaky, now=T)
     assert store.dispatch("a", lambda m: keys.append(m.key), now=T + 1) == 1
     assert keys[0] == keys[1]
+
+
+def test_a_dispatch_of_many_inboxes_holds_again_only_the_failing_receivers_messages(store: Store) -> None:
+    for inbox in ("a", "b", "c"):
+        write(store, inbox, T, f"hello {inbox}")
+    sent: list[OutgoingMessage] = []
+
+    def send(message: OutgoingMessage) -> None:
+        if message.inbox == "b":
+            raise ConnectionError("b's receiver is down")
+        sent.append(message)
+
+    done = store.outgoing.dispatch_many(["c", "b", "a", "a"], send, now=T)
+    assert (done.sent, sorted(done.failed)) == (2, ["b"])
+    assert isinstance(done.failed["b"], ConnectionError)
+    assert [(m.inbox, m.body) for m in sent] == [("a", "hello a"), ("c", "hello c")]
+    assert [r.sent_at for inbox in "abc" for r in store.outbox(inbox)] == [T, None, T]
+    [held] = store.outbox("b")
+    assert store.dispatch("b", sent.append, now=T + 1) == 1  # at once, under the key it was claimed with
+    assert sent[-1].key == held.dispatch_key and store.outbox("b")[0].sent_at == T + 1
+    assert store.outgoing.dispatch_many("abc", sent.append, now=T + 2).sent == 0  # nothing sent twice
+
+
+def test_at_most_once_a_failed_send_of_many_inboxes_is_lost_and_the_others_go(store: Store) -> None:
+    for inbox in ("a", "b"):
+        write(store, inbox, T, f"hello {inbox}")
+    sent: list[str] = []
+
+    def send(message: OutgoingMessage) -> None:
+        if message.inbox == "a":
+            raise ConnectionError("a's receiver is down")
+        sent.append(message.inbox)
+
+    send.delivery = AT_MOST_ONCE  # type: ignore[attr-defined]
+    done = store.outgoing.dispatch_many(["a", "b"], send, now=T)
+    assert (done.sent, list(done.failed), sent) == (1, ["a"], ["b"])
+    assert [r.sent_at for inbox in "ab" for r in store.outbox(inbox)] == [T, T]  # a's never again
+    assert store.outgoing.dispatch_many(["a", "b"], send, now=T + 10 * H).sent == 0
+
+
+def test_a_dispatch_of_many_inboxes_commits_twice_per_hundred_not_per_inbox(store: Store) -> None:
+    inboxes = [f"i{n:03}" for n in range(250)]
+    for inbox in inboxes:
+        write(store, inbox, T, f"hello {inbox}")
+    commits: list[int] = []
+    event.listen(store.engine, "commit", lambda conn: commits.append(1))
+    sent: list[str] = []
+    assert store.outgoing.dispatch_many(inboxes, lambda m: sent.append(m.inbox), now=T).sent == 250
+    assert sorted(sent) == inboxes
+    assert len(commits) == 6  # a claim and a mark for each of 100, 100 and 50 inboxes
 
 
 CRASHING_DISPATCHER = textwrap.dedent(
