@@ -14,16 +14,20 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
 
 from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
-from .db import clock, create, lock_timed_out
+from .db import clock, create
 from .dialects import Dialect
+from .approvals import Approvals
 from .effects import Effects
 from .grants import Grants
 from .hook_secrets import HookSecrets
+from .inbox import Intake
+from .operator import Operator
+from .outbox import Outgoing
 from .records import Event, Fired, InboxStatus, Outcome, OutboxRow, OutgoingMessage, TimerRow
 from .spend import Spend
+from .timers import Wakes
 from .transactions import Transactions
 from .worker import Runs
 from settings import StoreSettings
@@ -34,13 +38,14 @@ class Store:
         self.transactions = Transactions(engine, settings)
         self.engine = engine
         self.settings = self.transactions.settings
+        # The parts (docs/store.md): every call that is not the contract's.
         self.runs = Runs(self.transactions)
-        self.wakes = timers.Wakes(self.transactions)
-        self.intake = inbox_rules.Intake(self.transactions)
-        self.approvals = approvals.Approvals(self.transactions)
-        self.outgoing = outbox.Outgoing(self.transactions)
+        self.wakes = Wakes(self.transactions)
+        self.intake = Intake(self.transactions)
+        self.approvals = Approvals(self.transactions)
+        self.outgoing = Outgoing(self.transactions)
         self.effects = Effects(self.transactions)
-        self.operator = operator.Operator(self.transactions)
+        self.operator = Operator(self.transactions)
         self.hook_secrets = HookSecrets(self.transactions)
         self.spend = Spend(self.transactions)
         self.grants = Grants(self.transactions)
@@ -89,13 +94,8 @@ class Store:
     def acquire(self, inbox: str, holder: str, *, now: int | None = None) -> int | None:
         validate.inbox(inbox)
         validate.name("holder", holder, 255)
-        try:
-            with self.transactions.transaction() as conn:
-                return runs.acquire(conn, self.settings, inbox, holder, now).generation
-        except OperationalError as exc:
-            if lock_timed_out(exc):
-                return None  # a stuck transaction holds the inbox: as good as held
-            raise
+        return self.transactions.deciding(
+            lambda conn: runs.acquire(conn, self.settings, inbox, holder, now).generation, held=None)
 
     def renew(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
         with self.transactions.transaction() as conn:

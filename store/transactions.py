@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
 
 from . import errors
-from .db import clock
+from .db import clock, lock_timed_out
 from .dialects import Dialect
 from settings import StoreSettings
 
+
+T = TypeVar("T")
 
 # A pinned connection idle longer than this is checked again (see ``Transactions.pinned``).
 PINNED_IDLE_SECONDS = 1.0
@@ -105,6 +109,17 @@ class Transactions:
             return
         with errors.mapped(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             yield conn
+
+    def deciding(self, decide: Callable[[Connection], T], held: T) -> T:
+        """``decide`` in one transaction, or ``held`` when the inbox's row lock did not come
+        within ``lock_timeout``: a stuck transaction holds the inbox, as good as held."""
+        try:
+            with self.transaction() as conn:
+                return decide(conn)
+        except OperationalError as exc:
+            if lock_timed_out(exc):
+                return held
+            raise
 
     def clock(self) -> int:
         """The database's clock, integer seconds: the one every stored time is read on."""

@@ -14,12 +14,10 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy.exc import OperationalError
-
 from . import backlog, leases, runlog, runs, validate
 from . import inbox as inbox_rules
 from . import memory as memory_rules
-from .db import clock, lock_timed_out
+from .db import clock
 from .records import Outcome, RunStart, RunStep
 from .transactions import Transactions
 
@@ -33,26 +31,18 @@ class Runs:
         for the run: ``RunStart(generation or None, first batch, memory)``."""
         validate.inbox(inbox)
         validate.name("holder", holder, 255)
-        try:
-            with self.transactions.transaction() as conn:
-                return runs.start(conn, self.transactions.settings, inbox, holder, now)
-        except OperationalError as exc:
-            if lock_timed_out(exc):
-                return RunStart(None, [])  # a stuck transaction holds the inbox: as good as held
-            raise
+        settings = self.transactions.settings
+        return self.transactions.deciding(lambda conn: runs.start(conn, settings, inbox, holder, now),
+                                          held=RunStart(None, []))
 
     def start_next(self, holder: str, *, skip: Iterable[str] = (), now: int | None = None
                    ) -> tuple[str, RunStart] | None:
         """``start`` on the inbox with the oldest ready event and no live lease (not one in
         ``skip``): ``(inbox, RunStart)``, or None when no inbox is ready to take."""
         validate.name("holder", holder, 255)
-        try:
-            with self.transactions.transaction() as conn:
-                return backlog.take_next(conn, self.transactions.settings, holder, skip, now)
-        except OperationalError as exc:
-            if lock_timed_out(exc):
-                return None
-            raise
+        settings = self.transactions.settings
+        return self.transactions.deciding(lambda conn: backlog.take_next(conn, settings, holder, skip, now),
+                                          held=None)
 
     def finish_and_claim(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
                          outcome: Outcome | None = None, error: str | None = None, *,
