@@ -62,7 +62,7 @@ def execute_effects(inbox: Any = None, tool_use_id: Any = None) -> dict[str, Any
         return {"executed": 0, "skipped": "WAKEFUL_AGENT_CONFIG is not set: no tool is configured"}
     book = get_store().effects
     if isinstance(inbox, str) and isinstance(tool_use_id, str):
-        done = execute(book, cfg, inbox, tool_use_id)
+        done = execute(get_store(), cfg, inbox, tool_use_id)
         telemetry.annotate(**{"wakeful.inbox": inbox, "gen_ai.tool.call.id": tool_use_id,
                               "gen_ai.tool.name": done.tool or None, "wakeful.effect.outcome": done.outcome})
         if done.outcome not in ("skipped", "waiting"):

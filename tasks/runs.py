@@ -6,7 +6,7 @@ new events, because the release refuses while claimable work remains and the hol
 Every write is fenced by (holder, generation), so a worker that stalled past its lease and
 woke up again changes nothing.
 
-A single-batch wake costs two commits: ``start_run`` (acquire + claim + the inbox's memory)
+A single-batch wake costs two commits: ``runs.start`` (acquire + claim + the inbox's memory)
 and ``finish_and_claim`` (finish + the next claim, or the release when nothing is left; a
 claim also extends the lease). A draining task's finish that releases also takes its next
 inbox from the backlog: one commit per drained wake. While the agent runs, the process's
@@ -175,7 +175,7 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
 
     A finish that releases its inbox while the drain is open takes the next inbox in its
     own transaction (``store.runs.finish_and_claim(take_next=...)``): one commit per drained wake.
-    ``start_next_run`` takes one only when that did not happen (the first take, a finish
+    ``runs.start_next`` takes one only when that did not happen (the first take, a finish
     that was fenced or handed its inbox back)."""
     served: list[str] = []
     # A dense worker has threads to spare, and each run waits seconds: recruit at once.
