@@ -107,7 +107,7 @@ def drained(store, n: int, tag: str) -> dict[str, float]:
             inbox, start = got
             began = time.perf_counter()
             step = store.runs.finish_and_claim(inbox, holder, start.generation, [e.id for e in start.events],
-                                          take_next=[])
+                                               take_next=[])
             times.append((time.perf_counter() - began) * 1000)
             got = step.next
     return {"wake_ms_p50": statistics.median(times[20:]), "to_agent_ms_p50": 0.0,

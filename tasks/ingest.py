@@ -196,7 +196,7 @@ def _refuse(store: Any, reason: str, fields: dict[str, Any]) -> dict[str, Any]:
     inbox, source, source_id = fields.get("inbox"), fields.get("source"), fields.get("source_id")
     unexpected = fields.get("unexpected") or {}
     store.operator.record_rejection("task:wakeful.ingest", reason, inbox=inbox, source=source,
-                           source_id=source_id, excerpt=_excerpt(fields.get("payload"), unexpected))
+                                    source_id=source_id, excerpt=_excerpt(fields.get("payload"), unexpected))
     log.warning("ingest rejected: %s (inbox=%r source=%r source_id=%r)", reason,
                 _short(inbox), _short(source), _short(source_id))
     return {"stored": False, "rejected": reason}

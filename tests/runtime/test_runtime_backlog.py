@@ -16,7 +16,7 @@ def test_a_backlog_without_doorbells_drains_from_one_doorbell(make_cluster) -> N
     the sweep is an hour away. One of the sweep's doorbells (for one of them) is enough."""
     c = make_cluster(run_workers=1, env={"WAKEFUL_SWEEP_INTERVAL": "3600"})
     assert all(c.store.intake.ingest_many([(f"b{n}", "chat", f"m-{n}", {"text": f"hi {n}", "silent": True})
-                                    for n in range(INBOXES)]))
+                                           for n in range(INBOXES)]))
     c.client.send_task("wakeful.run_inbox", args=["b0"], kwargs={"drain": True}, queue="wakeful.runs")
     c.wait(lambda: all(c.settled(f"b{n}", 1) for n in range(INBOXES)), "every inbox drained", timeout=90)
     runs = [r for n in range(INBOXES) for r in c.store.operator.run_log(f"b{n}")]

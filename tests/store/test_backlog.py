@@ -30,7 +30,7 @@ def test_events_in_backoff_are_not_ready_and_a_released_inbox_is(store: Store) -
     store.ingest("a", "chat", "a-1", {"n": 1}, now=T)
     inbox, start = store.runs.start_next("W", now=T)
     step = store.runs.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events],
-                                  error="boom", now=T)
+                                       error="boom", now=T)
     assert step.released  # the failed event waits its backoff: nothing claimable now
     assert store.runs.start_next("W", now=T + 1) is None
     later = T + 3600
@@ -60,7 +60,7 @@ def test_a_finish_that_releases_takes_the_next_inbox_in_its_transaction(store: S
     inbox, start = store.runs.start_next("W", now=T)
     assert inbox == "a"
     step = store.runs.finish_and_claim("a", "W", start.generation, [e.id for e in start.events],
-                                  Outcome(messages=["done a"]), now=T + 1, take_next=["b"])
+                                       Outcome(messages=["done a"]), now=T + 1, take_next=["b"])
     assert step.finished and step.released and step.next is not None
     taken, next_start = step.next  # b is skipped: c, leased and claimed in the same commit
     assert taken == "c" and [e.source_id for e in next_start.events] == ["c-1"]
@@ -71,10 +71,10 @@ def test_a_finish_that_releases_takes_the_next_inbox_in_its_transaction(store: S
     # A finish that claims a next batch of its own inbox takes nothing; nor does a refused one.
     store.ingest("c", "chat", "c-2", {"n": 2}, now=T + 1)
     more = store.runs.finish_and_claim("c", "W", next_start.generation, [next_start.events[0].id],
-                                  now=T + 2, take_next=[])
+                                       now=T + 2, take_next=[])
     assert not more.released and [e.source_id for e in more.events] == ["c-2"] and more.next is None
     stale = store.runs.finish_and_claim("c", "W", next_start.generation - 1, [more.events[0].id],
-                                   now=T + 2, take_next=[])
+                                        now=T + 2, take_next=[])
     assert not stale.finished and stale.next is None
     assert store.events("b")[0].status == "pending"  # b was never taken: skipped above
 

@@ -309,7 +309,7 @@ def test_takers_of_the_backlog_never_take_one_inbox_twice(pg_store) -> None:  # 
             with lock:
                 taken.append((inbox, start.generation))
             step = store.runs.finish_and_claim(inbox, f"W{i}", start.generation, [e.id for e in start.events],
-                                          Outcome(messages=["ok"]))
+                                               Outcome(messages=["ok"]))
             assert step.finished and step.released
 
     race(8, drain)

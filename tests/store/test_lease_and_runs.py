@@ -256,7 +256,7 @@ def test_a_run_gets_the_memory_with_its_batch(store: Store) -> None:
     assert [e.source_id for e in start.events] == ["m-2", "m-3"] and start.memory == {"name": "Alice"}
     fill(store, "a", "m-4", now=T + 2)
     step = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events],
-                                  Outcome(memory={"name": None, "tone": "short"}), now=T + 2)
+                                       Outcome(memory={"name": None, "tone": "short"}), now=T + 2)
     assert [e.source_id for e in step.events] == ["m-4"] and step.memory == {"tone": "short"}
     last = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in step.events], now=T + 3)
     assert last.released and last.memory == {}  # no batch, no read
@@ -286,7 +286,8 @@ def test_a_finish_past_its_lease_is_refused_though_nobody_took_over(store: Store
     fill(store, "a", "m-1")
     start = store.runs.start("a", "A", now=T)
     ids = [e.id for e in start.events]
-    late = (store.finish if finish == "finish" else store.runs.finish_and_claim)("a", "A", start.generation, ids, Outcome(messages=["late"]), now=T + TTL + 1)
+    finishing = store.finish if finish == "finish" else store.runs.finish_and_claim
+    late = finishing("a", "A", start.generation, ids, Outcome(messages=["late"]), now=T + TTL + 1)
     assert (late if finish == "finish" else late.finished) is False
     assert store.outbox("a") == [] and store.operator.run_log("a") == []
     assert statuses(store, "a") == {"m-1": ("running", 1)}
@@ -294,7 +295,7 @@ def test_a_finish_past_its_lease_is_refused_though_nobody_took_over(store: Store
     # The same holder back with a new generation: the old generation's finish is refused too.
     again = store.runs.start("a", "A", now=T + TTL + 2)
     assert again.generation == start.generation + 1
-    late = (store.finish if finish == "finish" else store.runs.finish_and_claim)("a", "A", start.generation, ids, now=T + TTL + 3)
+    late = finishing("a", "A", start.generation, ids, now=T + TTL + 3)
     assert (late if finish == "finish" else late.finished) is False
     assert statuses(store, "a") == {"m-1": ("running", 2)}
     assert store.operator.counters()["stale_finishes_refused"] == 2
@@ -430,7 +431,7 @@ def test_finish_and_claim_logs_each_run_it_finishes(store: Store) -> None:
     fill(store, "a", "m-2", now=T + 5)
     first = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events], now=T + 10)
     second = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in first.events],
-                                    error="boom", now=T + 20)
+                                         error="boom", now=T + 20)
     assert not first.released and second.released
     log = sorted(store.operator.run_log("a"), key=lambda r: r.id)
     ids = [e.id for e in start.events], [e.id for e in first.events]
@@ -470,7 +471,7 @@ def test_renew_many_extends_the_live_leases_it_names_in_one_statement(store: Sto
     gens = {name: store.acquire(name, "A", now=T) for name in ("a", "b", "c")}
     assert store.acquire("c", "B", now=T + TTL + 1) == gens["c"] + 1  # c was taken over
     renewed = store.runs.renew_many([("a", "A", gens["a"]), ("b", "A", gens["b"] + 5), ("c", "A", gens["c"])],
-                               now=T + 10)
+                                    now=T + 10)
     assert renewed == {("a", "A", gens["a"])}  # b: not that generation; c: not that holder
     assert store.acquire("a", "B", now=T + 10 + TTL) is None  # a full lease from the renewal
     assert store.acquire("a", "B", now=T + 10 + TTL + 1) == gens["a"] + 1

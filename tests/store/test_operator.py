@@ -116,7 +116,7 @@ def test_purge_keeps_an_approvals_answer_while_the_approval_is_kept(make_store) 
 
 def test_rejections_are_recorded_bounded_and_storable(store: Store) -> None:
     store.operator.record_rejection("task", "payload must be a JSON object", inbox="a", source="chat",
-                           source_id="m\x00-1", excerpt="x" * 10_000 + "\x00\ud800", now=T)
+                                    source_id="m\x00-1", excerpt="x" * 10_000 + "\x00\ud800", now=T)
     [rejection] = store.operator.rejections()
     assert rejection.origin == "task" and rejection.received == T
     assert rejection.source_id == "m\\u0000-1"

@@ -35,7 +35,7 @@ def wakes(store: Store, inbox: str) -> list[int]:
         start = store.runs.start(inbox, "W", now=T + n)
         ids = [e.id for e in start.events]
         step = store.runs.finish_and_claim(inbox, "W", start.generation, ids,
-                                      Outcome(messages=[f"reply {n}"], memory={"n": n}), now=T + n)
+                                           Outcome(messages=[f"reply {n}"], memory={"n": n}), now=T + n)
         assert step.finished and step.released
         done += ids
     return done

@@ -35,7 +35,7 @@ def _a_day_of_wakes(store: Store) -> list[tuple]:
     inbox, start = got
     answers.append((inbox, start.generation, [(e.source_id, e.payload, e.attempts) for e in start.events]))
     step = store.runs.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events],
-                                  Outcome(memory={"k": "v"}), now=T + 2)
+                                       Outcome(memory={"k": "v"}), now=T + 2)
     answers.append((step.finished, step.released, step.events))
     start = store.runs.start("in-1", "W", now=T + 3)  # a doorbell's start: lock_or_create
     answers.append((start.generation, [e.source_id for e in start.events]))
@@ -47,7 +47,7 @@ def _a_day_of_wakes(store: Store) -> list[tuple]:
     answers.append(skipped[0])
     inbox, start = skipped  # a drainer's finish: the release and the next take in one statement
     step = store.runs.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events], now=T + 6,
-                                  take_next=[])
+                                       take_next=[])
     assert step.next is not None
     answers.append((step.released, step.next[0], [e.source_id for e in step.next[1].events]))
     answers.append([(r.inbox, r.generation, r.outcome, list(r.event_ids)) for i in range(6) for r in store.operator.run_log(f"in-{i}")])
