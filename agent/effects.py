@@ -25,7 +25,6 @@ from typing import Any
 
 import telemetry
 from store import EffectRow, InvalidOutcome, Store
-from store.effects import Effects
 
 from agent import tools, wakes
 from agent.outage import TryLater
@@ -45,23 +44,24 @@ class Executed:
 
 def execute_runnable(store: Store, cfg: AgentConfig, inbox: str | None = None, limit: int = 100) -> list[Executed]:
     """Every effect that may run now (of ``inbox``, or all), each once."""
-    book = Effects(store)
+    book = store.effects
     done = []
     for name, tool_use_id in book.runnable(stale_after=cfg.effect_timeout, inbox=inbox, limit=limit):
-        done.append(execute(book, cfg, name, tool_use_id))
+        done.append(execute(store, cfg, name, tool_use_id))
     return done
 
 
-def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Executed:
+def execute(store: Store, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Executed:
+    book = store.effects
     effect = book.begin(inbox, tool_use_id, stale_after=cfg.effect_timeout)
     if effect is None:
         return Executed(inbox, tool_use_id, "", "skipped")  # another executor has it, or it is not ready
-    tool = cfg.tools.get(effect.tool) or _listed_for(book, cfg, effect)
+    tool = cfg.tools.get(effect.tool) or _listed_for(store, cfg, effect)
     if tool is None or tool.policy == "deny":
         book.refuse(inbox, tool_use_id, f"the tool {effect.tool!r} is no longer allowed; nothing ran")
         return Executed(inbox, tool_use_id, effect.tool, "refused")
     try:
-        with _egress(book, cfg, effect, tool), wakes.executing(book.store), telemetry.execute_tool(
+        with _egress(store, cfg, effect, tool), wakes.executing(store), telemetry.execute_tool(
                 effect.tool, tool_use_id, **{"wakeful.inbox": inbox, "wakeful.effect.attempt": effect.attempts}):
             result = tools.run(tool, dict(effect.input), _call(effect), cfg)
             telemetry.annotate(**{"error.type": "tool_error" if result["is_error"] else None})
@@ -77,19 +77,19 @@ def execute(book: Effects, cfg: AgentConfig, inbox: str, tool_use_id: str) -> Ex
     return Executed(inbox, tool_use_id, effect.tool, "error" if result["is_error"] else "done")
 
 
-def _egress(book: Effects, cfg: AgentConfig, effect: EffectRow, tool: Tool) -> Any:
+def _egress(store: Store, cfg: AgentConfig, effect: EffectRow, tool: Tool) -> Any:
     """An HTTP tool reaches its route through the egress proxy under a grant bound to this
     attempt of this effect (agent/egress.py): dead once the attempt is no longer executing."""
     if not tool.grant_routes:
         return nullcontext()
     from agent import egress
 
-    grant = egress.for_effect(book.store, effect.inbox, f"effects:{os.getpid()}", effect.generation,
+    grant = egress.for_effect(store, effect.inbox, f"effects:{os.getpid()}", effect.generation,
                               effect.tool_use_id, effect.attempts, list(tool.grant_routes), cfg.effect_timeout)
     return egress.using(grant)
 
 
-def _listed_for(book: Effects, cfg: AgentConfig, effect: EffectRow) -> Tool | None:
+def _listed_for(store: Store, cfg: AgentConfig, effect: EffectRow) -> Tool | None:
     """A tool this process has not listed yet: a source that lists under a grant (an MCP
     server behind the proxy, agent/mcp.py: ``run_routes``) lists under this attempt's."""
     routes = sorted({r for s in cfg.sources.values() for r in getattr(s, "run_routes", ())})
@@ -97,7 +97,7 @@ def _listed_for(book: Effects, cfg: AgentConfig, effect: EffectRow) -> Tool | No
         return None
     from agent import egress
 
-    grant = egress.for_effect(book.store, effect.inbox, f"effects:{os.getpid()}", effect.generation,
+    grant = egress.for_effect(store, effect.inbox, f"effects:{os.getpid()}", effect.generation,
                               effect.tool_use_id, effect.attempts, routes, cfg.effect_timeout)
     with egress.using(grant):
         return cfg.tools.get(effect.tool)

@@ -125,7 +125,7 @@ def sdk_http_client() -> Any:
 def for_effect(store: Any, inbox: str, holder: str, generation: int, tool_use_id: str, attempt: int,
                routes: Iterable[str], ttl: int, proxy: str | None = None) -> Egress | None:
     """An effect's Egress (None: that attempt of the effect is not executing)."""
-    grant = store.mint_grant(inbox, holder, generation, list(routes), ttl, tool_use_id=tool_use_id,
+    grant = store.grants.mint(inbox, holder, generation, list(routes), ttl, tool_use_id=tool_use_id,
                              attempt=attempt)
     return Egress(proxy or proxy_url(), grant) if grant else None
 

@@ -9,11 +9,9 @@ from typing import Any
 
 
 def figures(store: Any) -> dict[str, Any]:
-    from store.effects import Effects
-
     from agent.claude import TOTALS_KEY
 
-    return Effects(store).figures(TOTALS_KEY)
+    return store.effects.figures(TOTALS_KEY)
 
 
 def families(f: dict[str, Any] | None) -> Iterator[Any]:

@@ -33,7 +33,7 @@ from croniter import croniter
 
 from store import Event, Timer, validate
 from settings import StoreSettings
-from store.timers import WAKE_PREFIX, Wakes, next_cron
+from store.timers import WAKE_PREFIX, next_cron
 
 from agent.config import POLICIES, ConfigError, no_unknown_keys, positive_int
 from agent.sources import ToolSource, register_table
@@ -112,7 +112,7 @@ class WakesSource:
         if store is None:
             raise RuntimeError(f"{tool.name} is written by the runtime's effect executor; "
                                "outside it, a run's wakes go into its Outcome (agent.wakes.RunWakes)")
-        book = Wakes(store)
+        book = store.wakes
         if tool.name == "schedule_wake":
             timer = plan(input, self.limits, call.id, now=int(time.time()))
             status = book.write(call.inbox, call.id, call.attempt, timer, self.limits.max_pending)

@@ -33,7 +33,7 @@ _serial = itertools.count()
 
 def _store_backlog(store: Store, items: list[tuple[str, str, str, dict]]) -> None:
     for start in range(0, len(items), 1000):
-        store.ingest_many(items[start:start + 1000])
+        store.intake.ingest_many(items[start:start + 1000])
 
 
 def _wait_done(db: str, timeout: float = 1800) -> float:

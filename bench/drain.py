@@ -37,7 +37,7 @@ def wakeful_rate(ctx: Context, store: Store, per_wake: int, rounds: int, live, i
         tag = next(_serial)
         items = [(f"inbox-{i % inboxes}", "drain", f"{tag}-{i}", {"n": i}) for i in range(inboxes * per_wake)]
         for start in range(0, len(items), 1000):
-            store.ingest_many(items[start:start + 1000])
+            store.intake.ingest_many(items[start:start + 1000])
         # The tables as autovacuum would keep them on a long-lived installation, as
         # procrastinate's table starts each run empty below. Without statistics a worker's
         # connections keep the generic plan PostgreSQL made for the claim while the table

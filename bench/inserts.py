@@ -1,6 +1,6 @@
 """``ingest_many_per_s`` against ``pgbench_insert_tps``: rows stored per second straight into
 the store by the same number of clients (the workers' concurrency), wakeful's batched
-``Store.ingest_many`` against pgbench running the store's own single-row
+``store.intake.ingest_many`` against pgbench running the store's own single-row
 ``INSERT ... ON CONFLICT DO NOTHING RETURNING id`` (and, for reference, the same statement
 inserting a whole batch)."""
 
@@ -35,7 +35,7 @@ def _client(url: str, client: int, rep: int, batch: int, start_at: float, second
     from store import Store
 
     store = Store.connect(url, pool_size=1)
-    store.ingest_many([(f"warm-{client}", "bench", f"warm-{rep}-{client}", {})])
+    store.intake.ingest_many([(f"warm-{client}", "bench", f"warm-{rep}-{client}", {})])
     while time.time() < start_at:
         time.sleep(0.001)
     began = time.perf_counter()
@@ -44,7 +44,7 @@ def _client(url: str, client: int, rep: int, batch: int, start_at: float, second
     while time.perf_counter() - began < seconds:
         items = [(f"bench-{(n + i) % 1000}", "many", f"{rep}-{client}-{n + i}", {"n": n + i})
                  for i in range(batch)]
-        stored = store.ingest_many(items)
+        stored = store.intake.ingest_many(items)
         rows += sum(stored)
         n += batch
     out.put((rows, time.perf_counter() - began))

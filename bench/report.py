@@ -12,7 +12,7 @@ from bench.context import Results
 ROWS = [
     ("ingest_per_s", "wakeful.ingest by task call", "events/s"),
     ("celery_noop_per_s", "  peer: raw Celery no-op task", "tasks/s"),
-    ("ingest_many_per_s", "Store.ingest_many (batches of 100, 2 clients)", "rows/s"),
+    ("ingest_many_per_s", "store.intake.ingest_many (batches of 100, 2 clients)", "rows/s"),
     ("pgbench_insert_tps", "  peer: pgbench, same INSERT ... ON CONFLICT, 2 clients", "tx/s (1 row)"),
     ("pgbench_insert_batch_rows_per_s", "  peer: pgbench, same INSERT, 100 rows per statement", "rows/s"),
     ("wake_p50_ms", "ingest call -> agent called, p50, unloaded", "ms"),

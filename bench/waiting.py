@@ -613,11 +613,11 @@ def mint_grants(rig: Rig, wait: float, n: int) -> list[str]:
     prefix = _prefix("grant", wait)
 
     def mint(i: int) -> str:
-        start = store.start_run(f"{prefix}{i}", "bench-limit")
-        return store.mint_grant(f"{prefix}{i}", "bench-limit", start.generation, ["anthropic"], 900)
+        start = store.runs.start(f"{prefix}{i}", "bench-limit")
+        return store.grants.mint(f"{prefix}{i}", "bench-limit", start.generation, ["anthropic"], 900)
 
     try:
-        store.ingest_many([(f"{prefix}{i}", "chat", "1", {"text": "hello"}) for i in range(n)])
+        store.intake.ingest_many([(f"{prefix}{i}", "chat", "1", {"text": "hello"}) for i in range(n)])
         with ThreadPoolExecutor(4) as pool:  # not timed: only the calls are
             return list(pool.map(mint, range(n)))
     finally:

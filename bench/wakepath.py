@@ -51,19 +51,19 @@ def combined(store, inbox: str, agent) -> float:
     from agent import Run
 
     holder = f"bench:{os.getpid()}"
-    start = store.start_run(inbox, holder)
+    start = store.runs.start(inbox, holder)
     gen, events, memory = start.generation, start.events, start.memory
     while events:
         run = Run(inbox=inbox, events=events, generation=gen, memory=memory)
         outcome = agent(run) or Outcome()
-        step = store.finish_and_claim(inbox, holder, gen, [e.id for e in events], outcome=outcome)
+        step = store.runs.finish_and_claim(inbox, holder, gen, [e.id for e in events], outcome=outcome)
         events, memory = step.events, step.memory
     return agent.called_at
 
 
 def pinned(store, inbox: str, agent) -> float:
     """``combined`` on one pinned connection, as tasks.runs does it."""
-    with store.pinned():
+    with store.transactions.pinned():
         return combined(store, inbox, agent)
 
 
@@ -76,7 +76,7 @@ class Agent:
 
 
 def measure(store, loop, n: int, tag: str) -> dict[str, float]:
-    store.ingest_many([(f"{tag}-{i}", "wakepath", f"e{time.time()}", {}) for i in range(n + 20)])
+    store.intake.ingest_many([(f"{tag}-{i}", "wakepath", f"e{time.time()}", {}) for i in range(n + 20)])
     agent = Agent()
     for i in range(n, n + 20):
         loop(store, f"{tag}-{i}", agent)  # warm-up
@@ -94,11 +94,11 @@ def measure(store, loop, n: int, tag: str) -> dict[str, float]:
 def drained(store, n: int, tag: str) -> dict[str, float]:
     """A draining task's wakes without the agent and the doorbell: each finish that releases
     its inbox takes the next one from the backlog in its transaction (``take_next``)."""
-    store.ingest_many([(f"{tag}-{i}", "wakepath", "e", {}) for i in range(n + 20)])
+    store.intake.ingest_many([(f"{tag}-{i}", "wakepath", "e", {}) for i in range(n + 20)])
     holder = f"bench:{os.getpid()}"
     times = []
-    with store.pinned():
-        got = store.start_next_run(holder)
+    with store.transactions.pinned():
+        got = store.runs.start_next(holder)
         for i in range(n + 20):
             if got is None:
                 raise RuntimeError(f"the backlog ran dry after {i} wakes")
@@ -106,8 +106,8 @@ def drained(store, n: int, tag: str) -> dict[str, float]:
                 counts.clear()  # after the warm-up
             inbox, start = got
             began = time.perf_counter()
-            step = store.finish_and_claim(inbox, holder, start.generation, [e.id for e in start.events],
-                                          take_next=[])
+            step = store.runs.finish_and_claim(inbox, holder, start.generation, [e.id for e in start.events],
+                                               take_next=[])
             times.append((time.perf_counter() - began) * 1000)
             got = step.next
     return {"wake_ms_p50": statistics.median(times[20:]), "to_agent_ms_p50": 0.0,

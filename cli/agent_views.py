@@ -10,10 +10,8 @@ from typing import Any
 
 def approval_tools(store: Any, inbox: str | None) -> dict[tuple[str, str], tuple[str, str]]:
     """(inbox, request_id) -> (tool, input as compact JSON) for approvals of tool calls."""
-    from store.effects import Effects
-
     return {(e.inbox, e.tool_use_id): (e.tool, json.dumps(e.input, sort_keys=True, ensure_ascii=False))
-            for e in Effects(store).view(inbox)}
+            for e in store.effects.view(inbox)}
 
 
 def run_details(store: Any, inbox: str) -> dict[tuple[int, tuple[int, ...]], dict[str, Any]]:
@@ -21,7 +19,7 @@ def run_details(store: Any, inbox: str) -> dict[tuple[int, tuple[int, ...]], dic
     output_tokens, decisions ({tool_use_id: "tool:decision"}), stop."""
     from agent.claude import LOG_KEY
 
-    entries = store.memory(inbox).get(LOG_KEY) or []
+    entries = store.runs.memory(inbox).get(LOG_KEY) or []
     return {(e["generation"], tuple(sorted(e["events"]))): e for e in entries if isinstance(e, dict)}
 
 

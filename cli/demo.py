@@ -180,7 +180,7 @@ class Demo:
         return [line for line in lines if line["inbox"] == inbox]
 
     def woke_after(self, inbox: str, t0: float) -> float:
-        return self.store.memory(inbox)["last_run"]["woke_at"] - t0
+        return self.store.runs.memory(inbox)["last_run"]["woke_at"] - t0
 
     # --- the story ------------------------------------------------------------------
     def webhook_twice(self) -> None:
@@ -198,8 +198,8 @@ class Demo:
                  f"GitHub's redelivery -> {again[0]} duplicate={again[1].get('duplicate')}")
         self.say(f"   a copy with a body the signature does not cover -> {forged[0]} "
                  f"({forged[1].get('error')}), nothing stored")
-        self.wait(lambda: self.all_settled("alice", 1) and self.store.runs("alice"), "alice's run")
-        events, runs = self.events("alice"), self.store.runs("alice")
+        self.wait(lambda: self.all_settled("alice", 1) and self.store.operator.run_log("alice"), "alice's run")
+        events, runs = self.events("alice"), self.store.operator.run_log("alice")
         latency = self.woke_after("alice", t0)
         self.say(f"   inbox alice: {len(events)} event, {len(runs)} run; the agent was called "
                  f"{latency * 1000:.0f} ms after the first POST")
@@ -226,7 +226,7 @@ class Demo:
         for i, text in enumerate(["deploy it?", "actually wait", "ok go"], start=1):
             self.ingest("bob", "chat", f"m-{i}", {"text": text})
         self.wait(lambda: self.all_settled("bob", 4), "bob's four events")
-        runs = self.store.runs("bob")
+        runs = self.store.operator.run_log("bob")
         sizes = [len(r.event_ids) for r in runs]
         self.say(f"   4 messages -> {len(runs)} runs of {sizes} events; "
                  f"the last reply: {self._last_body('bob')!r}")
@@ -242,7 +242,7 @@ class Demo:
         self.ingest("carol", "chat", "healthy-1", {"text": "what's on today?"})
         self.wait(lambda: self.all_settled("carol", 3), "carol's poison to go dead", timeout=40)
         by_id = {e.source_id: e for e in self.events("carol")}
-        for run in self.store.runs("carol")[1:]:
+        for run in self.store.operator.run_log("carol")[1:]:
             names = [self._source_id("carol", i) for i in run.event_ids]
             self.say(f"   gen {run.generation} claimed {names} and "
                      f"{'finished' if run.outcome == 'done' else 'failed'}")
@@ -270,7 +270,7 @@ class Demo:
         self.say(f"   {victim.name} (main pid {victim.pid}, run in child {pid}) killed mid-run")
         self.wait(lambda: self.all_settled("dave", 1), "dave's event to be finished", timeout=40)
         event = self.events("dave")[0]
-        run = self.store.runs("dave")[-1]
+        run = self.store.operator.run_log("dave")[-1]
         survivor = next(p for p in (self.worker_a, self.worker_b) if p is not victim)
         self.say(f"   {time.monotonic() - t0:.1f}s later generation {run.generation} "
                  f"({survivor.name}) finished it: status {event.status}, "
@@ -305,7 +305,7 @@ class Demo:
             "id": "refund-881", "action": "refund order 881 ($40)", "expires_in": 60}})
         self.ingest("frank", "chat", "f-2", {"text": "refund order 882?", "approval": {
             "id": "refund-882", "action": "refund order 882 ($15)", "expires_in": 2}})
-        self.wait(lambda: len(self.store.approvals("frank", pending_only=False)) == 2,
+        self.wait(lambda: len(self.store.approvals.view("frank", pending_only=False)) == 2,
                   "both approval requests")
         yes = self._answer("frank", "refund-881", "yes")
         self.say(f"   answer yes to refund-881 -> {yes}")

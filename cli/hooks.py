@@ -53,7 +53,7 @@ def set_(inbox: str, kind: str = typer.Argument(..., help="github, stripe or sta
         for value in values:
             check_secret(kind, value)
         with opened_store() as store:
-            store.set_hook_secrets(inbox, kind, values, cipher=f)
+            store.hook_secrets.replace(inbox, kind, values, cipher=f)
     except (InvalidEvent, ValueError) as exc:
         typer.echo(f"wakeful: rejected: {safe(exc)}", err=True)
         raise typer.Exit(2) from None
@@ -73,7 +73,7 @@ def list_() -> None:
     except SecretsKeyError:
         f = None  # still list the rows; the count shows "?"
     with opened_store() as store:
-        rows = store.hook_secret_list(cipher=f)
+        rows = store.hook_secrets.rows(cipher=f)
     table(["inbox", "kind", "secrets", "updated"],
           [[r.inbox, r.kind, "?" if r.count < 0 else r.count,
             datetime.fromtimestamp(r.updated, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")] for r in rows],
@@ -90,7 +90,7 @@ def remove(inbox: str, kind: Optional[str] = typer.Argument(None, help="Only thi
         typer.echo(f"wakeful: kind must be one of {', '.join(HOOK_KINDS)}", err=True)
         raise typer.Exit(2)
     with opened_store() as store:
-        removed = store.remove_hook_secrets(inbox, kind)
+        removed = store.hook_secrets.remove(inbox, kind)
     if not removed:
         typer.echo(f"wakeful: inbox {safe(inbox)} has no {kind + ' ' if kind else ''}secrets", err=True)
         raise typer.Exit(1)
@@ -107,7 +107,7 @@ def rekey() -> None:
     f = _cipher()
     try:
         with opened_store() as store:
-            n = store.rekey_hook_secrets(cipher=f)
+            n = store.hook_secrets.rekey(cipher=f)
     except SecretsKeyError as exc:
         typer.echo(f"wakeful: {safe(exc)}; nothing changed", err=True)
         raise typer.Exit(1) from None

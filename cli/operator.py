@@ -144,11 +144,11 @@ def status(inbox: Optional[str] = typer.Argument(None, help="One inbox (default:
         if inbox is not None:
             st = require_inbox(store, inbox, as_json)
             upcoming = sorted((t for t in store.timers(inbox) if not t.done), key=lambda t: t.due)[:5]
-            _show_inbox(st, upcoming, now, as_json, store.spend(inbox))
+            _show_inbox(st, upcoming, now, as_json, store.spend.today(inbox))
             return
-        metrics = store.metrics()
-        attention = store.attention(limit=20)
-        rejected_rows = store.rejections(limit=5)
+        metrics = store.operator.metrics()
+        attention = store.operator.attention(limit=20)
+        rejected_rows = store.operator.rejections(limit=5)
     if as_json:
         emit_json({"metrics": metrics, "attention": [asdict(s) for s in attention],
                    "rejected": [asdict(r) for r in rejected_rows]})
@@ -257,13 +257,13 @@ def requeue(event_id: Optional[int] = typer.Argument(None, help="A dead event's 
         if event_id is not None:
             event = store.requeue(event_id)
             if event is None:
-                found = store.event(event_id)
+                found = store.operator.event(event_id)
                 fail(f"event {event_id} is {found.status}, not dead: nothing requeued" if found
                      else f"no event with id {event_id}", as_json)
             requeued = [event]
         else:
             require_inbox(store, inbox, as_json)
-            requeued = store.requeue_inbox(inbox)
+            requeued = store.operator.requeue_inbox(inbox)
     for name in dict.fromkeys(e.inbox for e in requeued):
         ring(name)
     if as_json:
@@ -286,7 +286,7 @@ def approvals(inbox: Optional[str] = INBOX,
     with opened_store() as store:
         if inbox is not None:
             require_inbox(store, inbox, as_json)
-        rows = store.approvals(inbox, pending_only=not all_)
+        rows = store.approvals.view(inbox, pending_only=not all_)
         tools = approval_tools(store, inbox)  # the claude agent's tool calls: tool and input
     if as_json:
         emit_json([{**asdict(a), "tool": tools.get((a.inbox, a.request_id), (None,))[0],
@@ -378,7 +378,7 @@ def runs(inbox: str = REQUIRED_INBOX,
     Kept for the retention period (WAKEFUL_RETENTION), then purged."""
     with opened_store() as store:
         require_inbox(store, inbox, as_json)
-        rows = store.runs(inbox, limit=limit)
+        rows = store.operator.run_log(inbox, limit=limit)
         agent = run_details(store, inbox)  # the claude agent's model calls, tokens, tool decisions
     if as_json:
         emit_json([{**asdict(r), "agent": agent.get((r.generation, tuple(sorted(r.event_ids))))} for r in rows])
@@ -396,7 +396,7 @@ def runs(inbox: str = REQUIRED_INBOX,
 def rejected(limit: int = typer.Option(50, help="The latest N."), as_json: bool = JSON) -> None:
     """Input that was refused (bad task arguments, unsigned webhooks ...), and why."""
     with opened_store() as store:
-        rows = store.rejections(limit=limit)
+        rows = store.operator.rejections(limit=limit)
     if as_json:
         emit_json([asdict(r) for r in rows])
         return

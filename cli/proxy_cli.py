@@ -24,7 +24,7 @@ def audit(inbox: Optional[str] = typer.Argument(None, help="One inbox (default: 
     """Requests through the egress proxy: who (inbox, generation, tool use), where (route, method,
     path), and what came of it. Never headers or bodies."""
     with opened_store() as store:
-        rows = store.audit(inbox, limit=limit)
+        rows = store.grants.audit(inbox, limit=limit)
     if as_json:
         emit_json([asdict(r) for r in rows])
         return

@@ -189,7 +189,7 @@ class Proxy:
         if grant is None:
             return await exchange.refuse(GrantCheck(401, "no_grant"), 401, "no_grant")
         try:
-            check = await anyio.to_thread.run_sync(self.store.check_grant, grant, target.route)
+            check = await anyio.to_thread.run_sync(self.store.grants.check, grant, target.route)
         except Exception as exc:  # noqa: BLE001 - the store is down: refuse, and say so
             log.error("proxy: grant check failed: %s", type(exc).__name__)
             return await exchange.answer(503, "the proxy cannot reach its store", "store_down")
@@ -276,7 +276,7 @@ class Exchange:
             return
         with anyio.CancelScope(shield=True):  # a caller that went away still leaves its row
             try:
-                await anyio.to_thread.run_sync(lambda: self.proxy.store.record_egress(
+                await anyio.to_thread.run_sync(lambda: self.proxy.store.grants.record_egress(
                     check, self.route, self.method, self.path, status, size, ms, outcome))
             except Exception as exc:  # noqa: BLE001 - the answer is sent; say the row is missing
                 log.error("proxy: audit row not written (%s): %s %s %s", type(exc).__name__,
@@ -375,7 +375,7 @@ def create_app(routes: Mapping[str, Route], store: Any, settings: ProxySettings 
 
     async def healthz(request: Request) -> JSONResponse:
         try:
-            await anyio.to_thread.run_sync(store.ping)
+            await anyio.to_thread.run_sync(store.transactions.ping)
         except Exception as exc:  # noqa: BLE001 - any failure means the store is down
             return JSONResponse({"store": f"down ({type(exc).__name__})"}, status_code=503)
         return JSONResponse({"store": "ok", "routes": sorted(proxy.routes), "refusals_unrecorded": proxy.unrecorded})

@@ -26,6 +26,7 @@ from .db import insert
 from .records import Approval, ApprovalAnswer, InvalidCall, InvalidEvent
 from settings import StoreSettings
 from .tables import approvals, events
+from .transactions import Transactions
 
 SOURCE = "approval"
 ANSWERS = (ApprovalAnswer.YES, ApprovalAnswer.NO)
@@ -178,3 +179,20 @@ def approver_inboxes(conn: Connection, inboxes: Sequence[str]) -> list[str]:
                         .where(approvals.c.inbox.in_(list(inboxes)), approvals.c.approver.like("inbox:%"),
                                events.c.id.is_(None)))
     return sorted(r.approver.partition(":")[2] for r in rows)
+
+
+class Approvals:
+    """The approvals' views (``store.approvals``); requesting and answering are the
+    contract's calls on the Store."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
+
+    def approvers(self, *inboxes: str) -> list[str]:
+        """The operator inboxes that hold requests for these inboxes' approvals still waiting."""
+        with self.transactions.transaction() as conn:
+            return approver_inboxes(conn, inboxes)
+
+    def view(self, inbox: str | None = None, *, pending_only: bool = True) -> list[Approval]:
+        with self.transactions.transaction() as conn:
+            return view(conn, inbox, pending_only)

@@ -19,8 +19,8 @@ statement that locks the inbox row (see ``leases.lock``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 from typing import Any
 
@@ -136,16 +136,10 @@ def lock_timed_out(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) == "55P03"
 
 
-# Opens one short transaction per call: a Store's, so a rule that needs several (a dispatch
-# sends between them) goes through the Store's pinned connection and error mapping.
-Transactions = Callable[[], AbstractContextManager[Connection]]
-
-
-@contextmanager
-def transaction(engine: Engine) -> Iterator[Connection]:
-    """One short transaction: COMMIT on success, ROLLBACK on any error."""
-    with engine.begin() as conn:
-        yield conn
+# Opens one short transaction per call (``Transactions.transaction``, store/transactions.py):
+# a rule that needs several (a dispatch sends between them) is handed this, so each goes
+# through the store's pinned connection and error mapping.
+OpenTransaction = Callable[[], AbstractContextManager[Connection]]
 
 
 class DbClock(FunctionElement[int]):

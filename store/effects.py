@@ -28,8 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Connection, and_, func, or_, select, update
 
@@ -37,18 +36,8 @@ from . import approvals, display, outbox, retries, validate
 from . import inbox as inbox_rules
 from .db import clock, insert
 from .records import AT_LEAST_ONCE, AT_MOST_ONCE, Effect, EffectRow, InvalidOutcome
-from settings import StoreSettings
 from .tables import effects
-
-
-
-class Front(Protocol):
-    """What ``Effects`` needs of a ``Store`` (typed here, so this module imports nothing above
-    it): the settings, and one short transaction per call."""
-
-    settings: StoreSettings
-
-    def _transaction(self) -> AbstractContextManager[Connection]: ...
+from .transactions import Transactions
 
 SOURCE = "tool"
 # In an approval request's body: replaced by a signed link where the outbox is dispatched
@@ -319,41 +308,41 @@ def figures(conn: Connection, totals_key: str) -> dict[str, Any]:
 
 
 class Effects:
-    """The executor's and the views' calls on a Store, one short transaction each."""
+    """The executor's and the views' calls (``store.effects``), one short transaction each."""
 
-    def __init__(self, store: Front) -> None:
-        self.store = store
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
 
     def begin(self, inbox: str, tool_use_id: str, *, stale_after: int, now: int | None = None) -> EffectRow | None:
-        with self.store._transaction() as conn:
+        with self.transactions.transaction() as conn:
             return begin(conn, inbox, tool_use_id, stale_after, clock(conn, now))
 
     def record(self, inbox: str, tool_use_id: str, attempt: int, result: dict[str, Any], *,
                now: int | None = None) -> bool:
-        with self.store._transaction() as conn:
+        with self.transactions.transaction() as conn:
             return record(conn, inbox, tool_use_id, attempt, result, clock(conn, now))
 
     def postpone(self, inbox: str, tool_use_id: str, attempt: int, reason: str, *, retry_after: int = 0,
                  maybe_done: bool = False, now: int | None = None) -> str | None:
-        with self.store._transaction() as conn:
-            return postpone(conn, self.store.settings, inbox, tool_use_id, attempt, reason, retry_after,
+        with self.transactions.transaction() as conn:
+            return postpone(conn, self.transactions.settings, inbox, tool_use_id, attempt, reason, retry_after,
                             maybe_done, clock(conn, now))
 
     def refuse(self, inbox: str, tool_use_id: str, reason: str, *, now: int | None = None) -> bool:
-        with self.store._transaction() as conn:
+        with self.transactions.transaction() as conn:
             return refuse(conn, inbox, tool_use_id, reason, clock(conn, now))
 
     def runnable(self, *, stale_after: int, inbox: str | None = None, limit: int = 100,
                  now: int | None = None) -> list[tuple[str, str]]:
-        with self.store._transaction() as conn:
+        with self.transactions.transaction() as conn:
             return runnable(conn, stale_after, clock(conn, now), inbox, limit)
 
     def view(self, inbox: str | None = None, tool_use_id: str | None = None) -> list[EffectRow]:
-        with self.store._transaction() as conn:
+        with self.transactions.transaction() as conn:
             return view(conn, inbox, tool_use_id)
 
     def figures(self, totals_key: str) -> dict[str, Any]:
-        with self.store._transaction() as conn:
+        with self.transactions.transaction() as conn:
             return figures(conn, totals_key)
 
     def get(self, inbox: str, tool_use_id: str) -> EffectRow | None:

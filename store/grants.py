@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from sqlalchemy import Connection, and_, delete, func, insert, literal_column, s
 from . import leases, rules, validate
 from .db import clock, clock_expr
 from .records import InvalidCall
+from .transactions import Transactions
 from .tables import INBOX_MAX, SOURCE_ID_MAX, audit, effects, grants, inboxes
 
 TOKEN_PREFIX = "wkg_"  # recognisable in a leak report; the rest is 256 random bits
@@ -262,3 +264,35 @@ def not_ok_counts(conn: Connection) -> dict[str, dict[str, int]]:
     for route, outcome, n in rows:
         counts.setdefault(route, {})[outcome] = int(n)
     return counts
+
+
+class Grants:
+    """The egress proxy's grants and audit trail (``store.grants``), one short transaction
+    each."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
+
+    def mint(self, inbox: str, holder: str, gen: int, routes: Iterable[str], ttl: int, *,
+             tool_use_id: str | None = None, attempt: int | None = None, now: int | None = None) -> str | None:
+        """A grant token for ``routes`` (None when refused): a run's grant needs the live lease
+        (holder, gen); an effect's (``tool_use_id``) needs that effect executing."""
+        names = check_mint_input(inbox, holder, gen, routes, ttl, tool_use_id, attempt)
+        with self.transactions.transaction() as conn:
+            return mint(conn, inbox, holder, gen, names, ttl, tool_use_id, attempt, now)
+
+    def check(self, token: str | None, route: str, *, now: int | None = None) -> GrantCheck:
+        """May a request on ``route`` carrying ``token`` go upstream (one statement)."""
+        with self.transactions.transaction() as conn:
+            return check(conn, token, route, now)
+
+    def record_egress(self, check_: GrantCheck, route: str, method: str, path: str, status: int,
+                      size: int = 0, duration_ms: int = 0, outcome: str | None = None, *,
+                      now: int | None = None) -> None:
+        """One audit row for a proxied or refused request (never headers or bodies)."""
+        with self.transactions.transaction() as conn:
+            record(conn, check_, route, method, path, status, size, duration_ms, outcome, now)
+
+    def audit(self, inbox: str | None = None, *, limit: int = 100) -> list[AuditEntry]:
+        with self.transactions.transaction() as conn:
+            return view(conn, inbox, limit)

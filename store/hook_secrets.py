@@ -25,6 +25,7 @@ from . import validate
 from .db import clock_expr, insert
 from .records import InvalidEvent
 from .tables import HOOK_KINDS, hook_secrets
+from .transactions import Transactions
 
 # Two: the secret in use and the one replacing it, while a sender rotates. More would widen
 # the set of keys that can sign for an inbox for no purpose.
@@ -115,3 +116,59 @@ def rows(conn: Connection) -> list[tuple[str, str, str, int]]:
     """Every (inbox, kind, sealed, updated)."""
     query = select(hook_secrets.c.inbox, hook_secrets.c.kind, hook_secrets.c.secrets, hook_secrets.c.updated)
     return [tuple(r) for r in conn.execute(query.order_by(hook_secrets.c.inbox, hook_secrets.c.kind))]
+
+
+class HookSecrets:
+    """Per-inbox webhook secrets (``store.hook_secrets``), sealed with the ``cipher`` each
+    call is given; one short transaction each."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
+
+    def replace(self, inbox: str, kind: str, secrets: Sequence[str], *, cipher: MultiFernet,
+                now: int | None = None) -> None:
+        """Replace the secrets ``inbox`` verifies ``kind`` deliveries with (1 or 2)."""
+        sealed = seal(cipher, inbox, kind, check(inbox, kind, secrets))
+        with self.transactions.transaction() as conn:
+            put(conn, inbox, kind, sealed, now)
+
+    def remove(self, inbox: str, kind: str | None = None) -> int:
+        """Rows removed: one kind, or every kind of the inbox."""
+        with self.transactions.transaction() as conn:
+            return remove(conn, inbox, kind)
+
+    def unsealed(self, *, cipher: MultiFernet) -> dict[str, dict[str, tuple[str, ...]]]:
+        """Every inbox's secrets by kind; a row the cipher cannot open is ``()`` (verifies
+        nothing: the inbox fails closed)."""
+        with self.transactions.transaction() as conn:
+            stored = rows(conn)
+        out: dict[str, dict[str, tuple[str, ...]]] = {}
+        for inbox, kind, sealed, _ in stored:
+            try:
+                out.setdefault(inbox, {})[kind] = unseal(cipher, inbox, kind, sealed)
+            except SecretsKeyError:
+                out.setdefault(inbox, {})[kind] = ()
+        return out
+
+    def rows(self, *, cipher: MultiFernet | None = None) -> list[HookSecretRow]:
+        """(inbox, kind, how many secrets, updated) per row: never a secret. The count is -1
+        when no cipher is given or it cannot open the row."""
+        with self.transactions.transaction() as conn:
+            stored = rows(conn)
+        out = []
+        for inbox, kind, sealed, updated in stored:
+            try:
+                count = len(unseal(cipher, inbox, kind, sealed)) if cipher else -1
+            except SecretsKeyError:
+                count = -1
+            out.append(HookSecretRow(inbox, kind, count, updated))
+        return out
+
+    def rekey(self, *, cipher: MultiFernet) -> int:
+        """Re-encrypt every row under the cipher's first key (``MultiFernet.rotate``)."""
+        with self.transactions.transaction() as conn:
+            stored = rows(conn)
+            for inbox, kind, sealed, updated in stored:
+                unseal(cipher, inbox, kind, sealed)  # refuses a foreign row
+                put(conn, inbox, kind, cipher.rotate(sealed.encode("ascii")).decode("ascii"), updated)
+        return len(stored)

@@ -6,6 +6,7 @@ input that was refused.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, Insert, bindparam, delete, func, select, update
@@ -13,8 +14,9 @@ from sqlalchemy import Connection, Insert, bindparam, delete, func, select, upda
 from . import leases, rules, validate
 from .db import NOW, clock_expr, insert
 from .dialects import Dialect, for_, per_dialect
-from .records import Event, Rejection
+from .records import Event, InvalidEvent, Rejection
 from .tables import events, rejected, status_is
+from .transactions import Transactions
 
 EVENT_COLUMNS = (
     events.c.id,
@@ -166,3 +168,28 @@ def sweep_candidates(conn: Connection, now: int, limit: int) -> list[str]:
         .limit(limit)
     )
     return list(conn.execute(query).scalars())
+
+
+class Intake:
+    """What comes in besides one ``ingest`` (``store.intake``): a batch of events."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
+
+    def ingest_many(self, items: Iterable[tuple[str, str, str, dict[str, Any]]], *,
+                    now: int | None = None) -> list[bool]:
+        """Many ``(inbox, source, source_id, payload)`` in one short transaction; True per
+        item stored. Every item is checked first: one bad item raises ``InvalidEvent``
+        (naming its index) and nothing is stored."""
+        batch = list(items)
+        limit = self.transactions.settings.max_payload_bytes
+        for n, item in enumerate(batch):
+            try:
+                inbox, source, source_id, payload = item
+                validate.inbox(inbox)
+                validate.outside_key(source, source_id)
+                validate.payload(payload, limit)
+            except (TypeError, ValueError) as exc:
+                raise InvalidEvent(f"item {n}: {exc}") from None
+        with self.transactions.transaction() as conn:
+            return insert_events(conn, batch, now)

@@ -13,13 +13,15 @@ from sqlalchemy import Connection, case, delete, func, select, update
 
 from . import approvals as approval_rules
 from . import counters as counter_rules
+from . import inbox as inbox_rules
 from . import grants as grant_rules
 from . import rules
 from . import spend as spend_rules
-from .db import Transactions, clock
+from .db import OpenTransaction, clock
 from .inbox import EVENT_COLUMNS, to_event
-from .records import InboxStatus, InvalidCall, Outage, RunRecord
+from .records import Event, InboxStatus, InvalidCall, Outage, Rejection, RunRecord
 from settings import StoreSettings
+from .transactions import Transactions
 from .tables import approvals, audit, events, grants, inboxes, outbox, rejected, runs, status_is, timers
 
 PURGE_BATCH = 5000  # rows per transaction: retention never holds a long lock
@@ -144,7 +146,7 @@ def run_log(conn: Connection, inbox: str, limit: int) -> list[RunRecord]:
     ]
 
 
-def purge(transactions: Transactions, s: StoreSettings, older_than: int, now: int | None) -> dict[str, int]:
+def purge(transactions: OpenTransaction, s: StoreSettings, older_than: int, now: int | None) -> dict[str, int]:
     """Retention, in short batches. Returns how many rows each step touched."""
     if not isinstance(older_than, int) or older_than < 0:
         raise InvalidCall(f"older_than must be a non-negative number of seconds, got {older_than!r}")
@@ -178,7 +180,7 @@ def purge(transactions: Transactions, s: StoreSettings, older_than: int, now: in
     return counts
 
 
-def _in_batches(transactions: Transactions, table, key, where, values=None) -> int:  # type: ignore[no-untyped-def]
+def _in_batches(transactions: OpenTransaction, table, key, where, values=None) -> int:  # type: ignore[no-untyped-def]
     total = 0
     while True:
         with transactions() as conn:
@@ -188,3 +190,55 @@ def _in_batches(transactions: Transactions, table, key, where, values=None) -> i
         total += n
         if n < PURGE_BATCH:
             return total
+
+
+class Operator:
+    """The operator's views and actions across the rules (``store.operator``), one short
+    transaction each."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
+
+    def event(self, event_id: int) -> Event | None:
+        """One event by id, whatever its status; None if there is none."""
+        with self.transactions.transaction() as conn:
+            return inbox_rules.event(conn, event_id)
+
+    def run_log(self, inbox: str, *, limit: int = 100) -> list[RunRecord]:
+        with self.transactions.transaction() as conn:
+            return run_log(conn, inbox, limit)
+
+    def requeue_inbox(self, inbox: str) -> list[Event]:
+        """Every dead event of ``inbox`` back to pending, attempts reset."""
+        with self.transactions.transaction() as conn:
+            return inbox_rules.requeue(conn, inbox, None)
+
+    def metrics(self, *, now: int | None = None) -> dict[str, Any]:
+        """Events pending/running/dead, oldest pending age, outbox held, timers overdue,
+        rejections by origin, counters: across all inboxes."""
+        with self.transactions.transaction() as conn:
+            return metrics(conn, clock(conn, now))
+
+    def attention(self, *, now: int | None = None, limit: int = 20) -> list[InboxStatus]:
+        """Inboxes with dead events first, then those with the oldest waiting work."""
+        with self.transactions.transaction() as conn:
+            return attention(conn, clock(conn, now), limit)
+
+    def incidents(self, since: int) -> dict[str, list[Any]]:
+        """Events parked dead and approvals expired since ``since``: the daily summary."""
+        with self.transactions.transaction() as conn:
+            return incidents(conn, since)
+
+    def record_rejection(self, origin: str, reason: str, *, inbox: Any = None, source: Any = None,
+                         source_id: Any = None, excerpt: Any = None, now: int | None = None) -> None:
+        """Keep refused input where an operator can see it: bounded, never the whole body."""
+        with self.transactions.transaction() as conn:
+            inbox_rules.record_rejection(conn, origin, reason, inbox, source, source_id, excerpt, now)
+
+    def rejections(self, *, limit: int = 100) -> list[Rejection]:
+        with self.transactions.transaction() as conn:
+            return inbox_rules.rejections(conn, limit)
+
+    def counters(self) -> dict[str, int]:
+        with self.transactions.transaction() as conn:
+            return counter_rules.read(conn)

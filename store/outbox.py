@@ -41,17 +41,18 @@ dispatchers serialize on the inbox row: the second finds the rows claimed and se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, bindparam, case, func, or_, select, update
 
 from . import leases, validate
-from .db import Transactions, clock
+from .db import OpenTransaction, clock
 from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, Dispatched, InvalidCall, InvalidOutcome, MessageKind, Message, OutboxItem, OutboxRow,
                       OutgoingMessage)
 from settings import StoreSettings
 from .tables import HOOK_KINDS, events, inboxes, outbox
+from .transactions import Transactions
 
 HELD = outbox.c.sent_at.is_(None)
 KINDS = tuple(MessageKind)
@@ -138,7 +139,7 @@ def due_inboxes(conn: Connection, s: StoreSettings, now: int, limit: int) -> lis
 DISPATCH_BATCH = 100
 
 
-def dispatch(transactions: Transactions, s: StoreSettings, inboxes: Sequence[str],
+def dispatch(transactions: OpenTransaction, s: StoreSettings, inboxes: Sequence[str],
              send: Callable[[OutgoingMessage], Any], now: int | None) -> Dispatched:
     delivery = getattr(send, "delivery", AT_LEAST_ONCE)
     if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
@@ -150,7 +151,7 @@ def dispatch(transactions: Transactions, s: StoreSettings, inboxes: Sequence[str
     return result
 
 
-def _dispatch_batch(transactions: Transactions, s: StoreSettings, names: list[str],
+def _dispatch_batch(transactions: OpenTransaction, s: StoreSettings, names: list[str],
                     send: Callable[[OutgoingMessage], Any], delivery: str, now: int | None,
                     result: Dispatched) -> None:
     with transactions() as conn:
@@ -263,3 +264,22 @@ def view(conn: Connection, inbox: str) -> list[OutboxRow]:
     rows = conn.execute(select(outbox).where(outbox.c.inbox == inbox).order_by(outbox.c.id))
     return [OutboxRow(r.id, r.inbox, r.body, r.urgent, r.created, r.sent_at, r.dispatch_key,
                       kind=r.kind, fields=r.fields, channel=r.channel) for r in rows]
+
+
+class Outgoing:
+    """The dispatcher's calls (``store.outgoing``); ``dispatch`` (one inbox) and the
+    ``outbox`` view are the contract's calls on the Store."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
+
+    def due(self, *, now: int | None = None, limit: int = 1000) -> list[str]:
+        """Inboxes whose held messages may be sent now."""
+        with self.transactions.transaction() as conn:
+            return due_inboxes(conn, self.transactions.settings, clock(conn, now), limit)
+
+    def dispatch_many(self, inboxes: Iterable[str], send: Callable[[OutgoingMessage], Any], *,
+                      now: int | None = None) -> Dispatched:
+        """``dispatch`` for many inboxes at once, a claim and a mark per hundred of them; an
+        inbox whose send raises is named in ``failed`` and the others go on."""
+        return dispatch(self.transactions.transaction, self.transactions.settings, list(inboxes), send, now)

@@ -211,7 +211,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class RunStart:
-    """What ``start_run`` did: the lease, the first batch, and the inbox's memory."""
+    """What ``runs.start`` did: the lease, the first batch, and the inbox's memory."""
 
     generation: int | None  # None: nothing claimed, no lease held (another holds it, or no work)
     events: list[Event]  # the first batch, claimed under ``generation``
@@ -220,14 +220,14 @@ class RunStart:
 
 @dataclass(frozen=True)
 class RunStep:
-    """What ``finish_and_claim`` did: the finish, then the next batch or the release."""
+    """What ``runs.finish_and_claim`` did: the finish, then the next batch or the release."""
 
     finished: bool  # False: fenced (nothing written) or nothing of ours left to finish
     events: list[Event]  # the next batch, claimed under the same generation
     released: bool  # True when nothing was left and the lease was given up
     memory: dict[str, Any] = field(default_factory=dict)  # as the finish left it, with a next batch
     # With ``take_next``: after a release, the next inbox taken from the backlog in the same
-    # transaction, as ``start_next_run`` returns it (None: none was ready).
+    # transaction, as ``runs.start_next`` returns it (None: none was ready).
     next: "tuple[str, RunStart] | None" = None
 
 

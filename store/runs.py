@@ -26,7 +26,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from . import claims, counters, leases, memory, outcomes, plans, retries, rules, runlog, validate
 from .dialects import Dialect, for_, per_dialect
-from .records import Event, Outcome, RunStart, RunStep
+from .records import Event, InvalidCall, Outcome, RunStart, RunStep
 from settings import StoreSettings
 from .tables import events, status_is
 
@@ -211,3 +211,12 @@ def _apply_outcome(conn: Connection, s: StoreSettings, inbox: str, holder: str, 
         outcomes.apply(conn, s, inbox, outcome or Outcome(), generation, now, ids)
     started = min((r.claimed_at for r in rows if r.claimed_at is not None), default=now)
     return True, runlog.entry(inbox, generation, holder, started, now, sorted(r.id for r in rows), error, waiting)
+
+
+def failure(error: str | None, retry_after: int | None) -> str | None:
+    """A finish's error, checked against its ``retry_after`` (a "try later" is a failure too)."""
+    if retry_after is None:
+        return error
+    if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
+        raise InvalidCall(f"retry_after must be a whole number of seconds >= 0, got {retry_after!r}")
+    return error or "try later"

@@ -41,6 +41,7 @@ from sqlalchemy import Connection, and_, delete, distinct, func, select, tuple_,
 from . import leases, validate
 from .db import clock, insert
 from .tables import outbox, spend
+from .transactions import Transactions
 
 DAY = 86400
 SHARDS = 16  # rows per agent per day: counts of different inboxes rarely share a row lock
@@ -310,3 +311,33 @@ def metrics(conn: Connection, now: int) -> dict[str, Any]:
 def purge(conn: Connection, cutoff: int) -> int:
     """Days that ended before ``cutoff`` (retention)."""
     return conn.execute(delete(spend).where(spend.c.day <= cutoff - DAY)).rowcount
+
+
+class Spend:
+    """What the model cost (``store.spend``), one short transaction each."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
+
+    def count(self, inbox: str, budget: Budget, usage: Usage, *, now: int | None = None) -> None:
+        """One model call's usage, counted for the inbox and the agent. Not fenced: a call a
+        run made before it lost its lease was paid for all the same."""
+        validate.inbox(inbox)
+        with self.transactions.transaction() as conn:
+            count(conn, inbox, budget, usage, now)
+
+    def check(self, inbox: str, holder: str, gen: int, budget: Budget, *, now: int | None = None) -> Verdict:
+        """May (holder, gen)'s run make a model call now? A refusal is recorded (the
+        operator's incident) and tells the inbox's user once a day, fenced by the lease."""
+        with self.transactions.transaction() as conn:
+            return check(conn, inbox, holder, gen, budget, now)
+
+    def today(self, inbox: str | None = None, *, now: int | None = None) -> list[SpendRow]:
+        """Today's spend: the inbox's row (when given) and every agent's."""
+        with self.transactions.transaction() as conn:
+            return today(conn, inbox, now)
+
+    def incidents(self, since: int) -> list[SpendRow]:
+        """Budgets (an inbox's, an agent's) that refused a model call since ``since``."""
+        with self.transactions.transaction() as conn:
+            return incidents(conn, since)

@@ -25,6 +25,7 @@ from .db import upsert
 from .records import Fired, InvalidEvent, InvalidTimer, TimerRow
 from settings import StoreSettings
 from .tables import timers
+from .transactions import Transactions
 
 TIMER_ID_MAX = 200  # leaves room for "@<epoch seconds>" in the event's source_id
 MISFIRE_POLICIES = ("coalesce", "each")
@@ -233,10 +234,11 @@ def _attempt_holds(conn: Connection, inbox: str, tool_use_id: str, attempt: int)
 
 
 class Wakes:
-    """The executor's side of wakes: each call one transaction, fenced by the effect attempt."""
+    """The executor's side of the wakes the model sets (``store.wakes``): each call one
+    transaction, fenced by the effect attempt."""
 
-    def __init__(self, store: Any) -> None:
-        self.store = store
+    def __init__(self, transactions: Transactions) -> None:
+        self.transactions = transactions
 
     def write(self, inbox: str, tool_use_id: str, attempt: int, timer: Any, max_pending: int, *,
               now: int | None = None) -> str:
@@ -246,7 +248,7 @@ class Wakes:
         written); "superseded" (this attempt no longer holds the effect)."""
         from .db import clock
 
-        with self.store._transaction() as conn:
+        with self.transactions.transaction() as conn:
             if not _attempt_holds(conn, inbox, tool_use_id, attempt):
                 return "superseded"
             exists = conn.execute(select(timers.c.timer_id).where(
@@ -257,14 +259,14 @@ class Wakes:
                 return "limit"
             at = clock(conn, now)
             due = timer.due if timer.due is not None else (at + timer.after if timer.after is not None else None)
-            add(conn, self.store.settings, inbox, timer.timer_id, due, timer.payload, every=timer.every,
+            add(conn, self.transactions.settings, inbox, timer.timer_id, due, timer.payload, every=timer.every,
                 cron=timer.cron, tz=timer.tz, misfire=timer.misfire, now=at)
             return "written"
 
     def cancel(self, inbox: str, tool_use_id: str, attempt: int, timer_id: str) -> str:
         """Delete the wake ``timer_id`` for the effect ``tool_use_id``: "cancelled", "unknown"
         (no such wake: never set, fired, or cancelled already), or "superseded"."""
-        with self.store._transaction() as conn:
+        with self.transactions.transaction() as conn:
             if not _attempt_holds(conn, inbox, tool_use_id, attempt):
                 return "superseded"
             if not timer_id.startswith(WAKE_PREFIX):

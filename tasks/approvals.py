@@ -46,9 +46,9 @@ def answer_approval(inbox: Any = None, request_id: Any = None, answer: Any = Non
         outcome = store.answer_approval(inbox, request_id, answer, by=approver)
     except (NotAuthorized, InvalidEvent, ValueError, TypeError) as exc:
         # Never the token in the record or the log: it is a credential.
-        store.record_rejection("task:wakeful.answer_approval", str(exc), inbox=inbox,
-                               source="approval", source_id=request_id,
-                               excerpt=repr(answer)[:40])
+        store.operator.record_rejection("task:wakeful.answer_approval", str(exc), inbox=inbox,
+                                        source="approval", source_id=request_id,
+                                        excerpt=repr(answer)[:40])
         log.warning("approval answer rejected: %s", exc)
         return {"outcome": None, "rejected": str(exc)}
     if outcome != "unknown":

@@ -56,14 +56,13 @@ def execute_effects(inbox: Any = None, tool_use_id: Any = None) -> dict[str, Any
     agent: an effect runs by the tools of ``WAKEFUL_AGENT_CONFIG``."""
     from agent.config import current
     from agent.effects import execute
-    from store.effects import Effects
 
     cfg = current(required=False)
     if cfg is None:  # no tool is configured, so the runtime's finish stored no effect
         return {"executed": 0, "skipped": "WAKEFUL_AGENT_CONFIG is not set: no tool is configured"}
-    book = Effects(get_store())
+    book = get_store().effects
     if isinstance(inbox, str) and isinstance(tool_use_id, str):
-        done = execute(book, cfg, inbox, tool_use_id)
+        done = execute(get_store(), cfg, inbox, tool_use_id)
         telemetry.annotate(**{"wakeful.inbox": inbox, "gen_ai.tool.call.id": tool_use_id,
                               "gen_ai.tool.name": done.tool or None, "wakeful.effect.outcome": done.outcome})
         if done.outcome not in ("skipped", "waiting"):

@@ -312,7 +312,7 @@ def record(queue: str, reason: str, message: Any) -> None:
     try:
         from tasks.runtime import get_store
 
-        get_store().record_rejection(
+        get_store().operator.record_rejection(
             f"queue:{queue}", reason, inbox=inbox if isinstance(inbox, str) else None,
             excerpt=None if body is None else bounded_excerpt(body))
     except Exception as exc:  # noqa: BLE001 - the store down: the log line is the record

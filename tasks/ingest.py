@@ -8,7 +8,7 @@ rejected-input table, and a caller that asked for a result (``ignore_result=Fals
 "rejected": "<why>"}``.
 
 The worker takes these messages in batches (tasks/batches.py: up to 100, none waiting more
-than 20 ms): a batch goes into one ``Store.ingest_many`` (one transaction) and one coalesced
+than 20 ms): a batch goes into one ``store.intake.ingest_many`` (one transaction) and one coalesced
 doorbell for the inboxes with a new event. Each message is acked once its event is committed. A bad message
 is refused alone: the others in its batch are stored. A database that cannot be reached is
 tried again a few times, then the batch's messages are sent again with a countdown (as
@@ -142,7 +142,7 @@ def _store(store: Any, items: list[tuple[int, tuple[Any, ...]]], results: dict[i
     (recorded in ``results``). A database that cannot be reached raises one of ``_OUTAGE``."""
     try:
         with faults.before_commit(store, "before_ingest_commit", messages=len(items)):
-            return _with_pauses(lambda: store.ingest_many([item for _, item in items]))
+            return _with_pauses(lambda: store.intake.ingest_many([item for _, item in items]))
     except InvalidEvent:
         pass
     except DBAPIError as exc:
@@ -194,8 +194,8 @@ def _hand_back(requests: list[Any], exc: Exception, failures: int | None = None)
 def _refuse(store: Any, reason: str, fields: dict[str, Any]) -> dict[str, Any]:
     inbox, source, source_id = fields.get("inbox"), fields.get("source"), fields.get("source_id")
     unexpected = fields.get("unexpected") or {}
-    store.record_rejection("task:wakeful.ingest", reason, inbox=inbox, source=source,
-                           source_id=source_id, excerpt=_excerpt(fields.get("payload"), unexpected))
+    store.operator.record_rejection("task:wakeful.ingest", reason, inbox=inbox, source=source,
+                                    source_id=source_id, excerpt=_excerpt(fields.get("payload"), unexpected))
     log.warning("ingest rejected: %s (inbox=%r source=%r source_id=%r)", reason,
                 _short(inbox), _short(source), _short(source_id))
     return {"stored": False, "rejected": reason}

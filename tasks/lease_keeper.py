@@ -3,7 +3,7 @@
 A model call takes minutes; ``WAKEFUL_LEASE_TTL`` stays short so a crashed worker's inbox is
 taken over fast. Between the two, one thread per worker process renews the lease of every run
 in progress there every third of its TTL, all the runs due at a tick in one statement
-(``Store.renew_many``): a dense worker with a thousand runs in flight costs the database a
+(``store.runs.renew_many``): a dense worker with a thousand runs in flight costs the database a
 few statements a second, not a thousand. A run's renewals stop:
 
 - when the run ends (the finish that follows extends or releases the lease itself);
@@ -143,7 +143,7 @@ class LeaseKeeper:
                 by_store.setdefault(id(held.lease.store), []).append(held)
         for group in by_store.values():
             try:
-                renewed = group[0].lease.store.renew_many([h.key for h in group])
+                renewed = group[0].lease.store.runs.renew_many([h.key for h in group])
             except Exception as exc:  # noqa: BLE001 - a renewal must never kill the keeper
                 log.warning("renewing %d leases failed (%s); trying again", len(group), exc)
                 continue

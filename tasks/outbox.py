@@ -43,10 +43,10 @@ def dispatch_outbox(inbox: str | None = None, rung: bool = False) -> dict[str, A
     send = get_channel()
     if inbox or rung:
         named = list(dict.fromkeys([*([inbox] if inbox else []), *(doorbell.dispatch_started() if rung else [])]))
-        targets = list(dict.fromkeys([*named, *store.approver_inboxes(*named)]))
+        targets = list(dict.fromkeys([*named, *store.approvals.approvers(*named)]))
     else:
-        targets = store.outbox_due()
-    done = store.dispatch_many(targets, send)
+        targets = store.outgoing.due()
+    done = store.outgoing.dispatch_many(targets, send)
     for name, exc in done.failed.items():
         log.warning("dispatch for inbox %r failed (%s: %s); retried on the next tick",
                     name, type(exc).__name__, exc)

@@ -22,7 +22,7 @@ def purge(older_than: int | None = None) -> dict[str, Any]:
     if older_than is not None and older_than < settings.retention:
         reason = (f"older_than={older_than} is shorter than WAKEFUL_RETENTION ({settings.retention} s); "
                   "use `wakeful purge --older-than` to purge more")
-        store.record_rejection("task:wakeful.purge", reason)
+        store.operator.record_rejection("task:wakeful.purge", reason)
         log.warning("purge refused: %s", reason)
         return {"rejected": reason}
     counts: dict[str, Any] = store.purge(older_than if older_than is not None else settings.retention)

@@ -6,14 +6,14 @@ new events, because the release refuses while claimable work remains and the hol
 Every write is fenced by (holder, generation), so a worker that stalled past its lease and
 woke up again changes nothing.
 
-A single-batch wake costs two commits: ``start_run`` (acquire + claim + the inbox's memory)
+A single-batch wake costs two commits: ``runs.start`` (acquire + claim + the inbox's memory)
 and ``finish_and_claim`` (finish + the next claim, or the release when nothing is left; a
 claim also extends the lease). A draining task's finish that releases also takes its next
 inbox from the backlog: one commit per drained wake. While the agent runs, the process's
 lease keeper renews the lease (the agent need not call ``run.heartbeat()``, though a long
 step may, to stop early once the lease is lost). The task's own transactions run on one
 pinned connection: one pool checkout (and pre-ping) per task, not one per transaction; in a
-dense worker it goes back to the pool while the agent waits (``Store.unpinned``).
+dense worker it goes back to the pool while the agent waits (``store.transactions.unpinned``).
 
 One task does at most ``WAKEFUL_MAX_RUNS_PER_TASK`` runs; its last run finishes without
 claiming more, and the task hands the inbox back (``release(force=True)``) and rings again,
@@ -98,11 +98,11 @@ class HeldLease:
 
     def mint_grant(self, routes: list[str], ttl: int) -> str | None:
         """A grant for the egress proxy, valid while this lease is (None once it is lost)."""
-        return self.store.mint_grant(self.inbox, self.holder, self.generation, routes, ttl)
+        return self.store.grants.mint(self.inbox, self.holder, self.generation, routes, ttl)
 
     def check_budget(self, budget: Budget) -> Verdict:
         """May this run make a model call (store/spend.py)? A refusal is fenced by this lease."""
-        return _once_more_on_disconnect(lambda: self.store.check_budget(
+        return _once_more_on_disconnect(lambda: self.store.spend.check(
             self.inbox, self.holder, self.generation, budget))
 
     def count_spend(self, budget: Budget, usage: Usage) -> None:
@@ -114,7 +114,7 @@ class HeldLease:
         day's figures are short by this call: said once, at WARNING."""
         for attempt in range(1, COUNT_TRIES + 1):
             try:
-                self.store.count_spend(self.inbox, budget, usage)
+                self.store.spend.count(self.inbox, budget, usage)
                 return
             except (DBAPIError, PoolTimeout) as exc:
                 if isinstance(exc, DBAPIError) and not _disconnected(exc):
@@ -150,7 +150,7 @@ def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = N
     if drain:
         until = min(time.monotonic() + settings.drain_seconds, deadline - settings.run_time_limit / 2)
         backlog = Drain(until, skip=[])
-    with store.pinned():
+    with store.transactions.pinned():
         if lane is None or not isinstance(inbox, str):
             summary = _run_inbox(store, agent, inbox, holder, deadline, backlog)
         else:
@@ -165,9 +165,9 @@ def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = N
 def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: float,
                backlog: Drain | None) -> dict[str, Any]:
     try:
-        start = store.start_run(inbox, holder)
+        start = store.runs.start(inbox, holder)
     except InvalidEvent as exc:  # a malformed doorbell (missing or wrong-typed inbox)
-        store.record_rejection("task:wakeful.run_inbox", str(exc), inbox=inbox)
+        store.operator.record_rejection("task:wakeful.run_inbox", str(exc), inbox=inbox)
         log.warning("run_inbox rejected: %s (inbox=%r)", exc, repr(inbox)[:80])
         return {"inbox": None, "rejected": str(exc)}
     if start.generation is None:
@@ -192,8 +192,8 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
     at once recruits nobody. An inbox this task handed back is not taken again by it.
 
     A finish that releases its inbox while the drain is open takes the next inbox in its
-    own transaction (``Store.finish_and_claim(take_next=...)``): one commit per drained wake.
-    ``start_next_run`` takes one only when that did not happen (the first take, a finish
+    own transaction (``store.runs.finish_and_claim(take_next=...)``): one commit per drained wake.
+    ``runs.start_next`` takes one only when that did not happen (the first take, a finish
     that was fenced or handed its inbox back)."""
     served: list[str] = []
     # A dense worker has threads to spare, and each run waits seconds: recruit at once.
@@ -205,7 +205,7 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
                 if served:
                     doorbell.ring_backlog(served[-1])  # the backlog may not be empty: hand it on
                 break
-            got = store.start_next_run(holder, skip=backlog.skip)
+            got = store.runs.start_next(holder, skip=backlog.skip)
             if got is None:
                 break
             _claimed(got[0], got[1].generation, got[1].events)
@@ -255,7 +255,7 @@ def _loop(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str,
             if not events and not lease.renew():
                 return "fenced"  # the release refused because the lease is no longer ours
             _claimed(inbox, gen, events)
-            memory = store.memory(inbox) if events else memory
+            memory = store.runs.memory(inbox) if events else memory
             continue
         empty_refusals = 0
         last = len(runs) + 1 >= runtime_settings().max_runs_per_task
@@ -294,7 +294,7 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
         # database connection: the pinned one goes back to the pool until the finish. A
         # prefork child runs one run at a time, so it keeps its connection (and saves a
         # checkout and its pre-ping on every wake).
-        unpinned = lease.store.unpinned() if runtime.shares_process() else contextlib.nullcontext()
+        unpinned = lease.store.transactions.unpinned() if runtime.shares_process() else contextlib.nullcontext()
         with unpinned, keeper.holding(lease, runtime_settings().lease_ttl, lease.deadline, name, end) as held:
             run = Run(inbox=inbox, events=events, generation=lease.generation,
                       memory=memory, _heartbeat=held.heartbeat, _mint_grant=lease.mint_grant,
@@ -364,7 +364,7 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
     take_next = drain.skip if drain is not None and drain.open() else None
     with faults.before_commit(store, "before_finish_commit", **where):
         if claim_next:
-            step = _once_more_on_disconnect(lambda: store.finish_and_claim(
+            step = _once_more_on_disconnect(lambda: store.runs.finish_and_claim(
                 inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after,
                 take_next=take_next))
         else:

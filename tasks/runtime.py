@@ -4,7 +4,7 @@ a connection pool sized for the worker's pool: what this process runs at once.
 A prefork child runs one task at a time: 2 connections (its task's and the lease keeper's)
 and a few of overflow. A dense worker (Celery's ``threads`` pool: hundreds of runs in flight
 in one process) holds a connection only inside a transaction, a few milliseconds of each
-run's seconds (``Store.unpinned``): ``WAKEFUL_DATABASE_POOL_SIZE`` connections, 10 by
+run's seconds (``store.transactions.unpinned``): ``WAKEFUL_DATABASE_POOL_SIZE`` connections, 10 by
 default, and as many of overflow for bursts, carry a thousand runs in flight.
 """
 

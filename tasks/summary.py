@@ -83,7 +83,7 @@ def _budget_line(row: Any) -> str:
 
 def incidents(store: Store, since: int) -> dict[str, list[Any]]:
     """What the summary tells: the store's incidents and the budgets reached (store/spend.py)."""
-    return {**store.incidents(since), "budgets": store.spend_incidents(since)}
+    return {**store.operator.incidents(since), "budgets": store.spend.incidents(since)}
 
 
 def _more(count: int) -> list[str]:
@@ -106,7 +106,7 @@ def write_summary(store: Store, operator_inbox: str | None, holder: str = HOLDER
     # The database's clock, like the finish times it is compared with: on a worker's clock
     # running ahead, the watermark would pass incidents that had not happened yet, and the
     # next summary would start after them.
-    until = now if now is not None else store.clock()
+    until = now if now is not None else store.transactions.clock()
     if not operator_inbox:
         text = render(incidents(store, until - DAY), until - DAY, until)
         _log(text)
@@ -115,7 +115,7 @@ def write_summary(store: Store, operator_inbox: str | None, holder: str = HOLDER
     if generation is None:
         return {"channel": operator_inbox, "skipped": "the operator inbox's lease is held"}
     try:
-        since = store.memory(operator_inbox).get(WATERMARK, until - DAY)
+        since = store.runs.memory(operator_inbox).get(WATERMARK, until - DAY)
         text = render(incidents(store, since), since, until)
         outcome = Outcome(messages=[Message(text)] if text else [], memory={WATERMARK: until})
         written = store.finish(operator_inbox, holder, generation, [], outcome, now=now)

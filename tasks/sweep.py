@@ -18,7 +18,7 @@ from tasks.application import runtime_settings
 
 @app.task(name="wakeful.sweep")
 def sweep() -> dict[str, Any]:
-    inboxes = get_store().sweep_candidates()
+    inboxes = get_store().runs.sweep_candidates()
     # Each ring expires when the next sweep is due: that sweep rings again if still needed.
     # Its rings stand for lost doorbells, so each task drains the backlog from the database
     # once its inbox is idle: a flushed broker's backlog does not wait for sweep after sweep.

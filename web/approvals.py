@@ -161,13 +161,11 @@ def _tool_details(edge: Edge, inbox: str, request_id: str) -> str:
     Empty for any other approval."""
     import time
 
-    from store.effects import Effects
-
-    effect = Effects(edge.store).get(inbox, request_id)
+    effect = edge.store.effects.get(inbox, request_id)
     if effect is None:
         return ""
     e = html.escape
-    deadline = next((a.deadline for a in edge.store.approvals(inbox, pending_only=False)
+    deadline = next((a.deadline for a in edge.store.approvals.view(inbox, pending_only=False)
                      if a.request_id == request_id), None)
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(deadline)) if deadline else "unknown"
     shown = display.for_approval(effect.input, effect.words)

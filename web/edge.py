@@ -149,7 +149,7 @@ class Edge:
             return response
         try:
             await run_in_threadpool(
-                lambda: self.store.record_rejection(
+                lambda: self.store.operator.record_rejection(
                     ctx.origin,
                     storable(reason, 500),
                     inbox=_name(ctx.inbox, 128),

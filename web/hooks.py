@@ -35,9 +35,9 @@ def loader(store: Callable[[], Any], secrets_key: str) -> Callable[[], Snapshot]
 
     def load() -> Snapshot:
         if f is not None:
-            return store().hook_secrets(cipher=f)
+            return store().hook_secrets.unsealed(cipher=f)
         snapshot: Snapshot = {}
-        for row in store().hook_secret_list():
+        for row in store().hook_secrets.rows():
             snapshot.setdefault(row.inbox, {})[row.kind] = ()
         return snapshot
 

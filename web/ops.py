@@ -56,7 +56,7 @@ async def _probe(check: Any, timeout: int) -> str:
 async def healthz(request: Request) -> Response:
     edge: Edge = request.app.state.edge
     timeout = edge.settings.health_timeout
-    store_state = await _probe(lambda: edge.store.ping(), timeout)
+    store_state = await _probe(lambda: edge.store.transactions.ping(), timeout)
     broker_state = await _probe(edge.broker_check or _default_broker_check, timeout)
     healthy = store_state == "ok" and broker_state == "ok"
     return JSONResponse({"store": store_state, "broker": broker_state},
@@ -67,7 +67,7 @@ def store_figures(store: Any, now: int) -> dict[str, Any]:
     """Queue figures read from the store (one short read transaction)."""
     from agent.metrics import figures as agent_figures
 
-    return {**store.metrics(now=now), "agent": agent_figures(store)}
+    return {**store.operator.metrics(now=now), "agent": agent_figures(store)}
 
 
 class _Collector:

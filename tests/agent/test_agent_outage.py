@@ -31,7 +31,6 @@ from sqlalchemy import select
 from agent.scripted import ScriptedModel
 from agent_support import BASE_TOOLS, agent_env, calls
 from cli.processes import Processes, free_port
-from store.effects import Effects
 from store.tables import events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))
@@ -80,7 +79,7 @@ def test_the_model_api_down_then_overloaded_costs_no_attempt_and_a_poison_event_
     cluster.wait(lambda: _waits(cluster, "ada", "hello") >= 4, "hello to wait out the outage 4 times", timeout=120)
     # Between two tries (not while one runs) the operator sees the inbox waiting on an outage.
     cluster.wait(lambda: cluster.store.status("ada").waiting_on_outage >= 1, "wakeful status to show the outage")
-    cluster.wait(lambda: cluster.store.metrics()["inboxes_waiting_on_outage"] == 1, "/metrics to show it")
+    cluster.wait(lambda: cluster.store.operator.metrics()["inboxes_waiting_on_outage"] == 1, "/metrics to show it")
     model.fail_next(2, 529, retry_after=1)
     model.accept_connections()
     cluster.wait(lambda: _replies(cluster, "ada", "Noted: hello"), "the answer once the API is back", timeout=120)
@@ -93,8 +92,8 @@ def test_the_model_api_down_then_overloaded_costs_no_attempt_and_a_poison_event_
     answered = [r for r in model.replies if "Noted: hello" in json.dumps(r)]
     assert len(answered) == 1  # the model answered it once
     assert [e.source_id for e in cluster.store.dead()] == ["poison"]
-    assert "waiting" in {r.outcome for r in cluster.store.runs("ada")}
-    assert cluster.store.metrics()["inboxes_waiting_on_outage"] == 0
+    assert "waiting" in {r.outcome for r in cluster.store.operator.run_log("ada")}
+    assert cluster.store.operator.metrics()["inboxes_waiting_on_outage"] == 0
 
 
 def test_past_the_outage_horizon_the_event_is_dead_for_an_outage_and_requeue_brings_it_back(
@@ -157,11 +156,11 @@ def test_a_write_whose_shop_is_down_waits_and_runs_once_with_its_key_when_it_is_
         cluster.ingest("ada", "chat", "1", {"text": 'call invoice {"order": 5}'})
         cluster.wait(lambda: len([c for c in calls(tool_log) if c["tool"] == "invoice"]) >= 4,
                      "the invoice tried while the shop is down", timeout=120)
-        [effect] = Effects(cluster.store).view("ada")
+        [effect] = cluster.store.effects.view("ada")
         assert effect.status in ("ready", "executing") and effect.result is None  # waiting, not failed
         shop.open()
         cluster.wait(lambda: _replies(cluster, "ada", "invoice: invoiced order 5: 201"), "the result reported")
-        [effect] = Effects(cluster.store).view("ada")
+        [effect] = cluster.store.effects.view("ada")
         tries = [c for c in calls(tool_log) if c["tool"] == "invoice"]
         assert shop.received == [(effect.idempotency_key, {"order": 5})]  # reached the shop once
         assert {c["key"] for c in tries} == {effect.idempotency_key} and effect.status == "done"
@@ -188,7 +187,7 @@ def test_through_the_proxy_restarted_then_its_upstream_down_the_event_waits_and_
             model.refuse_connections()  # the proxy comes back, its upstream is down: 502
             proxy = procs.start("proxy", [WAKEFUL, "proxy"], extra_env={"OUTAGE_TEST_KEY": "k-outage"})
             wait_healthy(proxy_url, proxy)
-            cluster.wait(lambda: any(a.status == 502 for a in cluster.store.audit("ada")), "a 502 from the proxy",
+            cluster.wait(lambda: any(a.status == 502 for a in cluster.store.grants.audit("ada")), "a 502 from the proxy",
                          timeout=120)
             procs.stop(proxy)  # restarted
             proxy = procs.start("proxy-again", [WAKEFUL, "proxy"], extra_env={"OUTAGE_TEST_KEY": "k-outage"})

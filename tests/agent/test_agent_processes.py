@@ -18,7 +18,6 @@ from typing import Any
 
 from agent.scripted import ScriptedModel
 from agent_support import ATTACK_TOOLS, BASE_TOOLS, agent_env, calls
-from store.effects import Effects
 
 pytestmark = []
 
@@ -44,8 +43,8 @@ def _replied(cluster: Any, inbox: str, text: str) -> Any:
 
 
 def _asked(cluster: Any, inbox: str, count: int) -> list[Any]:
-    cluster.wait(lambda: len(Effects(cluster.store).view(inbox)) >= count, f"{inbox}: {count} effects")
-    return sorted(Effects(cluster.store).view(inbox), key=lambda e: e.input["order"])
+    cluster.wait(lambda: len(cluster.store.effects.view(inbox)) >= count, f"{inbox}: {count} effects")
+    return sorted(cluster.store.effects.view(inbox), key=lambda e: e.input["order"])
 
 
 def _answer(cluster: Any, inbox: str, request_id: str, answer: str) -> None:
@@ -87,7 +86,7 @@ def test_allow_ask_deny_expiry_and_a_retried_500(make_cluster: Any, write_config
 
     _replied(cluster, "expire", "not approved in time (expired); nothing ran")
     assert _executions(tool_log, "expire") == []
-    assert Effects(cluster.store).view("expire")[0].status == "expired"
+    assert cluster.store.effects.view("expire")[0].status == "expired"
 
     [asked] = [e for e in _asked(cluster, "mix", 1)]
     assert [c["tool"] for c in _executions(tool_log, "mix")] == ["lookup"]  # the read ran inline
@@ -147,7 +146,7 @@ def test_a_killed_executor_retries_with_the_same_key_only_when_at_least_once(
                                      if "die_most failed: the tool call was interrupted" in b]),
                  "most: told the call was interrupted", timeout=90)
     assert len(_executions(tool_log, "most")) == 1
-    assert Effects(cluster.store).view("most")[0].status == "interrupted"
+    assert cluster.store.effects.view("most")[0].status == "interrupted"
 
 
 def test_a_stalled_workers_proposed_effect_never_runs(make_cluster: Any, write_config: Any,
@@ -166,7 +165,7 @@ def test_a_stalled_workers_proposed_effect_never_runs(make_cluster: Any, write_c
     cluster.wait(lambda: "'end': 'fenced'" in first.text(), "the stalled worker's run to end fenced")
     stalled_use = [b["id"] for b in model.replies[-1]["content"] if b["type"] == "tool_use"]
     assert stalled_use and model.replies[-1]["content"][-1]["name"] == "refund"  # it proposed one
-    [effect] = Effects(cluster.store).view("stall")  # only the second worker's was committed
+    [effect] = cluster.store.effects.view("stall")  # only the second worker's was committed
     [call] = _executions(tool_log, "stall")
     assert call["id"] == effect.tool_use_id != stalled_use[0] and effect.generation >= 2
 

@@ -26,7 +26,6 @@ import httpx
 from agent.scripted import ScriptedModel
 from agent_support import agent_env
 from cli.processes import Processes, free_port, wait_for
-from store.effects import Effects
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))
 from proxy_support import Upstream  # noqa: E402  (tests/proxy: the fake shop)
@@ -118,7 +117,7 @@ def test_every_call_goes_through_the_proxy_and_no_key_leaves_it(make_cluster: An
         c.ingest("ada", "chat", "1", {"text": 'call lookup_order {"order": 7}'})
         c.wait(lambda: any("lookup_order" in r.body for r in c.store.outbox("ada")), "the read's reply")
         c.ingest("ada", "chat", "2", {"text": 'call refund {"order": 7}\ncall refund {"order": 8}'})
-        asked = c.wait(lambda: len(Effects(c.store).view("ada")) == 2 and Effects(c.store).view("ada"),
+        asked = c.wait(lambda: len(c.store.effects.view("ada")) == 2 and c.store.effects.view("ada"),
                        "two refunds asked")
         yes, no = sorted(asked, key=lambda e: e.input["order"])
         assert c.store.answer_approval("ada", yes.tool_use_id, "yes") == "yes"
@@ -130,7 +129,7 @@ def test_every_call_goes_through_the_proxy_and_no_key_leaves_it(make_cluster: An
     assert len(refunds) == 1 and json.loads(refunds[0].body) == {"order": 7}  # the yes, once; never the no
     assert all(r.headers.get("authorization") == f"Bearer {shop_token}" for r in shop.requests)
     assert {key for path, key in model.seen} == {anthropic_key}  # the proxy put the key on every call
-    audit = c.store.audit("ada")
+    audit = c.store.grants.audit("ada")
     assert {a.route for a in audit} == {"anthropic", "shop"} and all(a.status < 400 for a in audit)
     everything = "\n".join([
         json.dumps(model.requests), json.dumps([r.body for r in c.store.outbox("ada")]),
@@ -191,6 +190,6 @@ def test_a_stalled_workers_calls_through_the_proxy_are_refused_after_a_takeover(
     assert len(reads_before) == 1  # the second worker's read
     assert [p for p in shop.paths() if p.startswith("/shop/orders")] == reads_before  # none from the first
     assert len(model.requests) == model_calls_before  # its next model call never reached the model
-    refused = [a for a in c.store.audit("bo") if a.outcome == "fenced"]
+    refused = [a for a in c.store.grants.audit("bo") if a.outcome == "fenced"]
     assert refused and all(a.status == 403 and a.generation == 1 for a in refused)
-    assert len(c.store.runs("bo")) == 1  # one committed finish, the second worker's
+    assert len(c.store.operator.run_log("bo")) == 1  # one committed finish, the second worker's

@@ -51,9 +51,9 @@ class Wakes:
         batch = self.store.claim(inbox, "w", gen, now=now)
         assert batch
         store = self.store
-        run = Run(inbox, batch, gen, store.memory(inbox), lambda: True,
-                  _check_budget=lambda budget: store.check_budget(inbox, "w", gen, budget, now=now),
-                  _count_spend=lambda budget, usage: store.count_spend(inbox, budget, usage, now=now))
+        run = Run(inbox, batch, gen, store.runs.memory(inbox), lambda: True,
+                  _check_budget=lambda budget: store.spend.check(inbox, "w", gen, budget, now=now),
+                  _count_spend=lambda budget, usage: store.spend.count(inbox, budget, usage, now=now))
         outcome = ClaudeRun(self.cfg, self.client, run).outcome()
         assert store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome, now=now)
         assert store.release(inbox, "w", gen, now=now)
@@ -97,7 +97,7 @@ def test_a_reached_budget_stops_the_next_call_keeps_the_input_and_resumes_the_ne
     assert all(e.status == "done" for e in store.events("ada"))  # not failed, not retried
     assert wakes.said() == [NOTICE]  # told, by the refusal itself
     usage = model.replies[0]["usage"]
-    spent = {r.scope: r for r in store.spend("ada", now=T)}
+    spent = {r.scope: r for r in store.spend.today("ada", now=T)}
     assert (spent["inbox"].calls, spent["inbox"].tokens) == (1, usage["input_tokens"] + usage["output_tokens"])
     assert spent["agent"].name == "errands" and spent["inbox"].refused == 1
 
@@ -122,7 +122,7 @@ def test_a_reached_budget_stops_the_next_call_keeps_the_input_and_resumes_the_ne
     assert 'lookup: {"order": 7, "status": "shipped"}' in reply and "Noted: and the invoice?" in reply
     assert resumed.timers == []  # the refusal is not carried over
     assert "wakeful-budget" not in str(model.requests[-1]["messages"])  # the wake is not the model's input
-    assert [r.day for r in store.spend("ada", now=DAY0 + DAY + 1)] == [DAY0 + DAY] * 2
+    assert [r.day for r in store.spend.today("ada", now=DAY0 + DAY + 1)] == [DAY0 + DAY] * 2
 
 
 def test_without_a_runtime_nothing_is_checked_or_counted(model: ScriptedModel, write_config: Any,
@@ -139,7 +139,7 @@ def test_without_a_runtime_nothing_is_checked_or_counted(model: ScriptedModel, w
     gen = store.acquire("ada", "w")
     run = Run("ada", store.claim("ada", "w", gen), gen, {})
     outcome = ClaudeRun(cfg, client, run).outcome()
-    assert outcome.messages and store.spend("ada") == []
+    assert outcome.messages and store.spend.today("ada") == []
 
 
 def test_a_count_that_cannot_be_written_does_not_fail_the_run_and_is_said_once(
@@ -155,7 +155,7 @@ def test_a_count_that_cannot_be_written_does_not_fail_the_run_and_is_said_once(
     gen = store.acquire("ada", "w")
     lease = HeldLease(away, "ada", "w", gen, deadline=0.0)
     run = Run("ada", store.claim("ada", "w", gen), gen, {}, lambda: True,
-              _check_budget=lambda budget: store.check_budget("ada", "w", gen, budget),
+              _check_budget=lambda budget: store.spend.check("ada", "w", gen, budget),
               _count_spend=lease.count_spend)
     client = anthropic.Anthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
     with caplog.at_level("WARNING", logger="wakeful.runs"):
@@ -168,7 +168,7 @@ def test_a_count_that_cannot_be_written_does_not_fail_the_run_and_is_said_once(
     assert COUNT_TRIES > 1 and warning.levelname == "WARNING" and "not counted" in said
     assert "inbox ada" in said and f"model {cfg.model}" in said
     assert f"{usage['input_tokens'] + usage['output_tokens']} tokens" in said
-    assert store.spend("ada") == []
+    assert store.spend.today("ada") == []
     with pytest.raises(ValueError):  # a bad call is a bug, raised, not a count given up
         HeldLease(store, "", "w", gen, deadline=0.0).count_spend(cfg.budget, Usage("m"))
 
@@ -221,10 +221,10 @@ def test_wakeful_status_shows_todays_spend_against_the_ceilings(store: Store, db
 
     budget = Budget(agent="errands", inbox_tokens=1000, inbox_money=0.5, agent_tokens=10_000,
                     prices={"m": Price(input=3.0, output=15.0)})
-    store.count_spend("ada", budget, Usage("m", input_tokens=1200, output_tokens=34))
-    store.count_spend("bob", budget, Usage("m", input_tokens=10))
+    store.spend.count("ada", budget, Usage("m", input_tokens=1200, output_tokens=34))
+    store.spend.count("bob", budget, Usage("m", input_tokens=10))
     gen = store.acquire("ada", "w")
-    assert not store.check_budget("ada", "w", gen, budget).allowed
+    assert not store.spend.check("ada", "w", gen, budget).allowed
 
     def wakeful(*args: str) -> str:
         result = CliRunner().invoke(cli, list(args), env={"WAKEFUL_DATABASE_URL": db_url}, catch_exceptions=False)

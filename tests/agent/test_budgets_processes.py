@@ -32,7 +32,7 @@ def _tokens(replies: list[dict[str, Any]]) -> int:
 
 
 def _inbox_row(cluster: Any, inbox: str) -> Any:
-    rows = [r for r in cluster.store.spend(inbox) if r.scope == "inbox"]
+    rows = [r for r in cluster.store.spend.today(inbox) if r.scope == "inbox"]
     return rows[0] if rows else None
 
 
@@ -51,7 +51,7 @@ def test_a_budget_of_n_tokens_stops_the_next_call_tells_once_and_survives_a_rest
     # The user is told, through the channel, once.
     cluster.wait(lambda: [m for m in cluster.sent("capped") if NOTICE in m["body"]], "the notice sent")
     # The operator's incident: /metrics' figures and the daily summary.
-    figures = cluster.store.metrics()["budgets"]
+    figures = cluster.store.operator.metrics()["budgets"]
     assert figures["reached_today"]["inbox"] == 1 and figures["refused_calls"]["inbox"] == 1
     assert figures["agents_today"]["errands"]["tokens"] == row.tokens
     since = row.first_refused - 1
@@ -71,7 +71,7 @@ def test_a_budget_of_n_tokens_stops_the_next_call_tells_once_and_survives_a_rest
     notices = [b.body for b in cluster.store.outbox("capped")]
     assert notices == [NOTICE]  # told once a day, not once a run
     # The held input (the read's result and the new message) waits in the conversation.
-    history = cluster.store.memory("capped")["claude"]["messages"]
+    history = cluster.store.runs.memory("capped")["claude"]["messages"]
     assert history[-1]["role"] == "user" and "are you there?" in str(history[-1])
     assert [t.id for t in cluster.store.timers("capped") if not t.done] == ["wakeful-budget-resumes"]
 
@@ -102,7 +102,7 @@ def test_a_fenced_runs_model_call_is_counted(make_cluster: Any, write_config: An
     cluster.wait(lambda: _inbox_row(cluster, "stall").calls == 2, "both calls counted")
     row = _inbox_row(cluster, "stall")
     assert row.tokens == _tokens(model.replies)
-    [agent] = [r for r in cluster.store.spend("stall") if r.scope == "agent"]
+    [agent] = [r for r in cluster.store.spend.today("stall") if r.scope == "agent"]
     assert (agent.name, agent.calls, agent.tokens) == ("errands", 2, row.tokens)
-    assert cluster.store.memory("stall")[TOTALS_KEY]["model_calls"] == 1  # the committed run's only
+    assert cluster.store.runs.memory("stall")[TOTALS_KEY]["model_calls"] == 1  # the committed run's only
     assert [r.body for r in cluster.store.outbox("stall")] == ["Noted: hello"]  # one answer

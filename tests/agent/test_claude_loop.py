@@ -18,7 +18,6 @@ from agent.effects import execute_runnable
 from agent.scripted import ScriptedModel
 from agent_support import ATTACK_TOOLS, calls
 from store import Outcome, Store
-from store.effects import Effects
 
 
 class Agent:
@@ -41,7 +40,7 @@ class Agent:
             if not batch:
                 self.store.release(inbox, "w", gen)
                 return outcomes
-            run = Run(inbox, batch, gen, self.store.memory(inbox), lambda: True)
+            run = Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True)
             outcome = ClaudeRun(self.cfg, self.client, run).outcome()
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome)
             self.store.release(inbox, "w", gen)
@@ -73,7 +72,7 @@ def test_allow_write_runs_after_the_commit_once_and_wakes_the_agent(agent: Agent
     outcomes = agent.wake()
     assert len(outcomes) == 2  # the run that proposed it, the run that heard the result
     [call] = calls(tool_log)
-    [effect] = Effects(agent.store).view("ada")
+    [effect] = agent.store.effects.view("ada")
     assert (effect.status, call["key"]) == ("done", effect.idempotency_key)
     assert agent.said() == ["refund: refunded order 7"]
 
@@ -82,7 +81,7 @@ def test_ask_then_yes_runs_once_and_no_never_runs(agent: Agent, tool_log: Path) 
     agent.say('call refund_asked {"order": 1}\ncall refund_asked {"order": 2}')
     agent.wake()
     assert calls(tool_log) == []
-    first, second = sorted(Effects(agent.store).view("ada"), key=lambda e: e.input["order"])
+    first, second = sorted(agent.store.effects.view("ada"), key=lambda e: e.input["order"])
     requests = agent.said()  # one approval request each, sent by the runtime
     assert len(requests) == 2 and all("Approval needed" in r for r in requests)
     assert f"[[wakeful-approval-link:{first.tool_use_id}]]" in next(r for r in requests if '"order": 1' in r)
@@ -93,7 +92,7 @@ def test_ask_then_yes_runs_once_and_no_never_runs(agent: Agent, tool_log: Path) 
     assert agent.store.answer_approval("ada", second.tool_use_id, "no") == "no"
     agent.wake()
     assert [c["input"] for c in calls(tool_log)] == [{"order": 1}]
-    assert Effects(agent.store).get("ada", second.tool_use_id).status == "refused"
+    assert agent.store.effects.get("ada", second.tool_use_id).status == "refused"
     last = agent.model.requests[-1]["messages"][-1]["content"]
     results = {b["tool_use_id"]: b for b in last if b["type"] == "tool_result"}
     assert results[first.tool_use_id]["content"] == (  # a tool's answer is data to the model
@@ -104,7 +103,7 @@ def test_ask_then_yes_runs_once_and_no_never_runs(agent: Agent, tool_log: Path) 
 def test_deny_unknown_and_invalid_input_are_errors_and_nothing_runs(agent: Agent, tool_log: Path) -> None:
     agent.say('call wipe {"order": 1}\ncall nosuch {}\ncall lookup {"order": "x"}')
     agent.wake()
-    assert calls(tool_log) == [] and Effects(agent.store).view("ada") == []
+    assert calls(tool_log) == [] and agent.store.effects.view("ada") == []
     results = agent.model.requests[-1]["messages"][-1]["content"]
     assert [r["is_error"] for r in results] == [True, True, True]
     assert "not available" in results[0]["content"] and "invalid input" in results[2]["content"]
@@ -118,7 +117,7 @@ def test_a_read_and_an_ask_in_one_reply_wait_for_the_answer(agent: Agent, tool_l
     agent.say("anything new?")  # held: the API takes no new text before both results
     agent.wake()
     assert len(agent.model.requests) == 1
-    [effect] = Effects(agent.store).view("ada")
+    [effect] = agent.store.effects.view("ada")
     agent.store.answer_approval("ada", effect.tool_use_id, "yes")
     agent.wake()
     turn = agent.model.requests[-1]["messages"][-1]["content"]
@@ -133,7 +132,7 @@ def test_a_source_not_named_trusted_is_data_and_its_write_waits_for_a_yes(
     agent.say("a stranger's comment\ncall refund {\"order\": 9}", source="github")
     agent.wake()
     assert calls(tool_log) == []
-    [effect] = Effects(agent.store).view("ada")
+    [effect] = agent.store.effects.view("ada")
     assert effect.status == "asked" and "an event from github, which is not trusted" in effect.why and "not trusted" not in effect.words
     sent = model.requests[0]
     assert sent["messages"][0]["content"][0]["text"].startswith('<untrusted source="github" id="m1">')
@@ -148,12 +147,12 @@ def test_a_read_tools_answer_never_unlocks_a_write(store: Store, model: Scripted
     agent.say('call lookup_order {"order": 13}')
     agent.wake()
     assert [c["tool"] for c in calls(tool_log)] == ["lookup_order"]  # send_invoice never ran
-    [effect] = Effects(store).view("ada")
+    [effect] = store.effects.view("ada")
     assert (effect.tool, effect.input["email"], effect.status) == ("send_invoice", "attacker@evil.example", "asked")
     assert "the output of lookup_order, which is not trusted" in effect.why and "not trusted" not in effect.words
     [result] = model.requests[1]["messages"][-1]["content"]
     assert result["content"].startswith('<untrusted tool="lookup_order" id="toolu_')  # told it is data
-    assert store.memory("ada")["claude"]["tainted"] == ["the output of lookup_order"]
+    assert store.runs.memory("ada")["claude"]["tainted"] == ["the output of lookup_order"]
 
 
 def test_a_tool_declared_trusted_output_unlocks_a_write(store: Store, model: ScriptedModel,
@@ -165,7 +164,7 @@ def test_a_tool_declared_trusted_output_unlocks_a_write(store: Store, model: Scr
     agent.say('call lookup_order {"order": 13}')
     agent.wake()
     assert [c["tool"] for c in calls(tool_log)] == ["lookup_order", "send_invoice"]
-    assert [(e.tool, e.status) for e in Effects(store).view("ada")] == [("send_invoice", "done")]
+    assert [(e.tool, e.status) for e in store.effects.view("ada")] == [("send_invoice", "done")]
     [result] = model.requests[1]["messages"][-1]["content"]
     assert not result["content"].startswith("<untrusted")
 
@@ -178,7 +177,7 @@ def test_an_effects_result_taints_as_a_read_does(store: Store, model: ScriptedMo
     agent.wake()
     assert [c["tool"] for c in calls(tool_log)] == ["open_ticket"]
     # Both committed in the same second: the view orders them by id, not by when.
-    ticket, invoice = sorted(Effects(store).view("ada"), key=lambda e: e.tool != "open_ticket")
+    ticket, invoice = sorted(store.effects.view("ada"), key=lambda e: e.tool != "open_ticket")
     assert (ticket.status, invoice.tool, invoice.status) == ("done", "send_invoice", "asked")
     assert "the output of open_ticket, which is not trusted" in invoice.why
 
@@ -195,11 +194,11 @@ def test_taint_outlives_the_trimmed_turn_that_brought_it(store: Store, model: Sc
     for n in range(20):
         agent.say(f"owner's message {n} " + "x" * 40)
         agent.wake()
-    assert "untrusted" not in json.dumps(store.memory("ada")["claude"]["messages"])  # the turn is gone
+    assert "untrusted" not in json.dumps(store.runs.memory("ada")["claude"]["messages"])  # the turn is gone
     agent.say('call refund {"order": 4}')
     agent.wake()
     assert calls(tool_log) == []
-    [effect] = Effects(store).view("ada")
+    [effect] = store.effects.view("ada")
     assert effect.status == "asked" and "an event from mail" in effect.why
 
 
@@ -267,7 +266,7 @@ def test_the_conversation_is_bounded(store: Store, model: ScriptedModel, write_c
     for n in range(30):
         agent.say(f"message number {n} " + "x" * 40)
         agent.wake()
-    state = store.memory("ada")["claude"]
+    state = store.runs.memory("ada")["claude"]
     import json
     assert len(json.dumps(state["messages"], ensure_ascii=False)) <= 2000
     assert state["dropped"] > 0 and "earlier messages" in state["messages"][0]["content"][0]["text"]
@@ -332,9 +331,9 @@ def test_max_tokens_sends_the_cut_text_and_a_refusal_sends_nothing(agent: Agent)
     agent.say("refuse")
     agent.wake()
     assert len(agent.said()) == 1
-    log = agent.store.memory("ada")["claude_runs"]
+    log = agent.store.runs.memory("ada")["claude_runs"]
     assert [e["stop"] for e in log] == ["max_tokens", "refusal"]
-    messages = agent.store.memory("ada")["claude"]["messages"]
+    messages = agent.store.runs.memory("ada")["claude"]["messages"]
     assert messages[-1]["role"] == "user"  # the refused reply is not kept
 
 
@@ -352,9 +351,9 @@ def test_an_http_write_runs_under_a_grant_for_its_executing_attempt(store: Store
     agent = Agent(store, model, config)
     agent.say('call refund {"order": 3}')
     agent.wake()
-    [effect] = Effects(store).view("ada")
+    [effect] = store.effects.view("ada")
     assert (effect.status, effect.attempts, effect.result) == ("ready", 1, None)
-    assert Effects(store).runnable(stale_after=60) == []  # it waits out the outage
+    assert store.effects.runnable(stale_after=60) == []  # it waits out the outage
 
 
 def test_with_an_anthropic_route_the_model_is_called_through_the_proxy_with_the_grant(
@@ -392,6 +391,6 @@ def test_input_held_while_waiting_and_one_huge_event_stay_bounded(store: Store, 
         agent.wake()
     agent.say("z" * 50_000)
     agent.wake()
-    state = store.memory("ada")["claude"]
+    state = store.runs.memory("ada")["claude"]
     assert len(json.dumps(state["held"])) <= 4000 // 2 + 1200
     assert "were dropped" in state["held"][0]["text"] and "[cut:" in state["held"][-1]["text"]

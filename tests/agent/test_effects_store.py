@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from store import AT_MOST_ONCE, Effect, Outcome, Store
-from store.effects import LINK_MARKER, Effects, idempotency_key
+from store.effects import LINK_MARKER, idempotency_key
 
 T = 1_000_000
 
@@ -20,7 +20,7 @@ def _run(store: Store, inbox: str, outcome: Outcome, holder: str = "w1", now: in
 
 
 def test_an_allowed_effect_runs_once_and_wakes_the_agent_with_its_result(store: Store) -> None:
-    fx = Effects(store)
+    fx = store.effects
     assert _run(store, "a", Outcome(effects=[Effect("tu1", "refund", {"order": 1})]))
     [row] = fx.view("a")
     assert (row.status, row.attempts, row.idempotency_key) == ("ready", 0, idempotency_key("a", "tu1"))
@@ -44,17 +44,17 @@ def test_a_fenced_finish_commits_no_effect(store: Store) -> None:
     assert store.acquire("a", "w2", now=T + store.settings.lease_ttl + 1) == gen + 1  # takeover
     assert not store.finish("a", "w1", gen, [e.id for e in batch],
                             outcome=Outcome(effects=[Effect("tu1", "refund", {})]), now=T + 200)
-    assert Effects(store).view("a") == []
+    assert store.effects.view("a") == []
 
 
 @pytest.mark.parametrize("answer, status", [("yes", "ready"), ("no", "refused")])
 def test_an_asked_effect_waits_for_the_answer_that_stands(store: Store, answer: str, status: str) -> None:
-    fx = Effects(store)
+    fx = store.effects
     assert _run(store, "a", Outcome(effects=[Effect("tu1", "refund", {"order": 7}, approval_ttl=600,
                                                     words="I will refund it")]))
     assert fx.get("a", "tu1").status == "asked"
     assert fx.runnable(stale_after=60, now=T + 1) == []
-    [approval] = store.approvals("a")
+    [approval] = store.approvals.view("a")
     assert approval.request_id == "tu1" and approval.deadline == T + 600
     [request] = store.outbox("a")
     assert request.urgent and LINK_MARKER.format("tu1") in request.body
@@ -66,7 +66,7 @@ def test_an_asked_effect_waits_for_the_answer_that_stands(store: Store, answer: 
 
 
 def test_an_expired_approval_never_runs_and_a_late_yes_changes_nothing(store: Store) -> None:
-    fx = Effects(store)
+    fx = store.effects
     assert _run(store, "a", Outcome(effects=[Effect("tu1", "refund", {}, approval_ttl=60)]))
     store.run_scheduler(now=T + 61)
     assert store.answer_approval("a", "tu1", "yes", now=T + 62) == "expired"
@@ -76,7 +76,7 @@ def test_an_expired_approval_never_runs_and_a_late_yes_changes_nothing(store: St
 
 
 def test_a_dead_executor_is_retried_with_the_same_key_only_when_at_least_once(store: Store) -> None:
-    fx = Effects(store)
+    fx = store.effects
     assert _run(store, "a", Outcome(effects=[Effect("least", "refund", {}),
                                              Effect("most", "refund", {}, delivery=AT_MOST_ONCE)]))
     first = fx.begin("a", "least", stale_after=30, now=T + 1)
@@ -100,7 +100,7 @@ def test_a_bad_effect_fails_the_finish_and_writes_nothing(store: Store) -> None:
     for bad in (Effect("tu1", "refund", {}, approval_ttl=0), Effect("", "refund", {})):
         with pytest.raises(InvalidOutcome):
             _run(store, "a", Outcome(messages=["hi"], effects=[bad]))
-        assert store.outbox("a") == [] and Effects(store).view("a") == []
+        assert store.outbox("a") == [] and store.effects.view("a") == []
 
 
 def test_a_tool_result_cannot_be_ingested_from_outside(store: Store) -> None:

@@ -32,7 +32,6 @@ import httpx
 from agent.scripted import ScriptedModel
 from agent_support import agent_env
 from cli.processes import Proc, Processes, free_port, wait_for
-from store.effects import Effects
 from test_agent_through_proxy import _redis_dump
 
 HERE = Path(__file__).parent
@@ -158,7 +157,7 @@ def test_an_mcp_read_runs_inline_a_write_asked_runs_once_and_no_token_leaves_the
         c.wait(lambda: "order 7: shipped" in s.replies("ada"), "the read's reply")
         assert "[wakeful: secret removed]" in s.replies("ada")  # the server echoed its token: scrubbed
         c.ingest("ada", "chat", "2", {"text": 'call refund {"order": 7}'})
-        [asked] = c.wait(lambda: Effects(c.store).view("ada"), "the refund asked")
+        [asked] = c.wait(lambda: c.store.effects.view("ada"), "the refund asked")
         assert s.calls() and not [x for x in s.calls() if x["tool"] == "refund"]  # nothing before the yes
         assert "the output of lookup_order" in asked.why  # the MCP answer was data: it tainted the talk
         shown = json.dumps(s.model.requests)
@@ -179,7 +178,7 @@ def test_an_mcp_read_runs_inline_a_write_asked_runs_once_and_no_token_leaves_the
     assert len(refunds) == 1 and refunds[0]["key"] == asked.idempotency_key  # once, with the effect's key
     assert not [x for x in s.calls() if x["tool"] == "wipe"]
     assert "appeared after the first listing" in c.logs(tail=10**7)
-    audit = c.store.audit("ada")
+    audit = c.store.grants.audit("ada")
     assert "shop_mcp" in {a.route for a in audit} and all(a.status < 400 for a in audit)
     everything = "\n".join([
         json.dumps(s.model.requests), s.replies("ada"), c.logs(tail=10**7), s.proxy.text(),
@@ -201,7 +200,7 @@ def test_an_mcp_write_whose_executor_dies_between_call_and_record_is_called_agai
         c.wait(lambda: not executor.alive(), "the executor killed by its server between call and record")
         c.procs.wait_ready(c.procs.worker("runs-b", ("wakeful.runs",)))  # what a supervisor does
         c.wait(lambda: "refunded order 5" in s.replies("cy"), "the write's result after the retake", timeout=120)
-        [effect] = Effects(c.store).view("cy")
+        [effect] = c.store.effects.view("cy")
     calls = [x for x in s.calls(s.stdio_state) if x["tool"] == "flaky_refund"]
     assert len(calls) == 2 and {x["key"] for x in calls} == {effect.idempotency_key}  # at least once, one key
     assert effect.status == "done" and effect.attempts == 2
@@ -220,11 +219,11 @@ def test_an_mcp_write_over_http_whose_executor_dies_mid_call_is_called_again_wit
         (s.state / "release").touch()
         c.procs.wait_ready(c.procs.worker("runs-b", ("wakeful.runs",)))
         c.wait(lambda: "refunded order 6" in s.replies("di"), "the write's result after the retake", timeout=120)
-        [effect] = Effects(c.store).view("di")
+        [effect] = c.store.effects.view("di")
     calls = [x for x in s.calls() if x["tool"] == "flaky_refund"]
     assert len(calls) == 2 and {x["key"] for x in calls} == {effect.idempotency_key}
     assert effect.status == "done" and effect.attempts == 2
-    audit = [a for a in c.store.audit("di") if a.route == "shop_mcp"]
+    audit = [a for a in c.store.grants.audit("di") if a.route == "shop_mcp"]
     assert {a.tool_use_id for a in audit} == {None, effect.tool_use_id}  # the runs' listings; the effect's calls
 
 
@@ -240,15 +239,15 @@ def test_a_stalled_workers_mcp_calls_are_refused_fenced_and_its_write_never_runs
         c.procs.kill(first, signal.SIGSTOP)  # paused inside the model call, past its lease
         second = c.procs.worker("runs-b", ("wakeful.runs",))
         c.procs.wait_ready(second)
-        c.wait(lambda: len(Effects(c.store).view("bo")) == 1, "the second worker's run committed")
+        c.wait(lambda: len(c.store.effects.view("bo")) == 1, "the second worker's run committed")
         reads_before = [x for x in s.calls() if x["tool"] == "lookup_order"]
         hold.set()  # the stalled worker's reply arrives: an MCP read and an MCP write of its own
         c.procs.kill(first, signal.SIGCONT)
         c.wait(lambda: "'end': 'fenced'" in first.text(), "the stalled worker's run to end fenced", timeout=60)
-        [effect] = Effects(c.store).view("bo")
+        [effect] = c.store.effects.view("bo")
     assert len(reads_before) == 1 and [x for x in s.calls() if x["tool"] == "lookup_order"] == reads_before
     assert not [x for x in s.calls() if x["tool"] == "refund"]  # no yes for the second's; none for the first's
     assert effect.generation == 2 and effect.status != "done"
-    refused = [a for a in c.store.audit("bo") if a.outcome == "fenced"]
+    refused = [a for a in c.store.grants.audit("bo") if a.outcome == "fenced"]
     assert refused and all(a.status == 403 and a.generation == 1 for a in refused)
     assert "shop_mcp" in {a.route for a in refused}

@@ -30,7 +30,6 @@ from agent.tool import ToolCall
 from agent.tools import run
 from cli.processes import Processes, free_port, wait_for
 from store import Store
-from store.effects import Effects
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))
 from proxy_support import WAKEFUL, proxy_env, wait_healthy  # noqa: E402
@@ -54,7 +53,7 @@ class Behind:
     def grant(self, inbox: str, holder: str = "w1") -> tuple[str, int]:
         generation = self.store.acquire(inbox, holder)
         assert generation is not None
-        token = self.store.mint_grant(inbox, holder, generation, ["shop_mcp"], 600)
+        token = self.store.grants.mint(inbox, holder, generation, ["shop_mcp"], 600)
         assert token is not None
         return token, generation
 
@@ -123,7 +122,7 @@ def test_both_protocol_eras_pass_the_proxy_with_the_token_put_on_and_scrubbed(be
     assert "lookup_order" in got["tools"] and got["text"].startswith("order 3: shipped")
     assert got["text"].endswith("(auth seen: Bearer [wakeful: secret removed])")  # put on, and scrubbed back
     assert (got["version"] == "2026-07-28") == (mode == "auto")
-    audit = behind.store.audit(f"sdk-{mode}")
+    audit = behind.store.grants.audit(f"sdk-{mode}")
     assert audit and all(a.route == "shop_mcp" and a.status < 400 for a in audit)
     if mode == "legacy":  # a session, ended through the proxy (the session header passed both ways)
         # (The SDK may also open its optional GET stream, in the background: not asserted.)
@@ -143,7 +142,7 @@ def test_the_mcp_source_lists_and_calls_under_a_grant_and_is_refused_once_fenced
     assert read["content"].startswith("order 4: shipped") and not read["is_error"]
     # the listing negotiated (server/discover) and listed; the call reused the discovery (the
     # SDK lists once more after a call, for the tool's output schema): 4 requests, not 5
-    assert [a.status for a in behind.store.audit("fenced-inbox")] == [200, 200, 200, 200]
+    assert [a.status for a in behind.store.grants.audit("fenced-inbox")] == [200, 200, 200, 200]
     before = len(behind.calls())
     assert behind.store.release("fenced-inbox", "w1", generation)
     assert behind.store.acquire("fenced-inbox", "w2") == generation + 1  # another worker holds it now
@@ -152,7 +151,7 @@ def test_the_mcp_source_lists_and_calls_under_a_grant_and_is_refused_once_fenced
                    cfg)
     assert late["is_error"] and "HTTP 403" in late["content"] and "no longer holds the inbox" in late["content"]
     assert len(behind.calls()) == before  # nothing reached the server
-    refused = [a for a in behind.store.audit("fenced-inbox") if a.outcome == "fenced"]
+    refused = [a for a in behind.store.grants.audit("fenced-inbox") if a.outcome == "fenced"]
     assert refused and all(a.status == 403 and a.generation == generation for a in refused)
     assert behind.token not in behind.proxy.text()
 
@@ -176,7 +175,7 @@ def test_an_executor_that_never_listed_lists_under_the_effects_grant_and_runs_it
     assert "refund" not in cfg.tools  # nothing listed yet in this "process"
     [executed] = execute_runnable(behind.store, cfg, inbox=inbox)
     assert executed.outcome == "done"
-    [effect] = Effects(behind.store).view(inbox)
+    [effect] = behind.store.effects.view(inbox)
     refunds = [c for c in behind.calls() if c["tool"] == "refund" and c["key"] == effect.idempotency_key]
     assert len(refunds) == 1 and effect.status == "done"
 
@@ -196,8 +195,8 @@ def test_a_custom_loop_is_offered_an_http_servers_tools_under_its_runs_grant(
     generation = behind.store.acquire("kit-inbox", "w1")
     assert generation is not None
     run = Run(inbox="kit-inbox", events=[], generation=generation, memory={},
-              _mint_grant=lambda routes, ttl: behind.store.mint_grant("kit-inbox", "w1", generation, routes, ttl))
+              _mint_grant=lambda routes, ttl: behind.store.grants.mint("kit-inbox", "w1", generation, routes, ttl))
     offered = {t["name"] for t in Toolkit(run, cfg).offered()}
     assert {"refund", "lookup_order"} <= offered
-    assert [a.route for a in behind.store.audit("kit-inbox")] and all(
-        a.route == "shop_mcp" and a.status == 200 for a in behind.store.audit("kit-inbox"))
+    assert [a.route for a in behind.store.grants.audit("kit-inbox")] and all(
+        a.route == "shop_mcp" and a.status == 200 for a in behind.store.grants.audit("kit-inbox"))

@@ -18,7 +18,6 @@ from agent.kit import Toolkit
 from agent_support import calls
 from examples import custom_loop, pydantic_ai_loop
 from store import Effect, InvalidOutcome, Outcome, Store
-from store.effects import Effects
 
 LOOPS = {"custom": custom_loop.agent, "pydantic_ai": pydantic_ai_loop.agent}
 
@@ -39,7 +38,7 @@ class Loop:
             if not batch:
                 self.store.release(inbox, "w", gen)
                 return
-            outcome = self.agent(Run(inbox, batch, gen, self.store.memory(inbox), lambda: True))
+            outcome = self.agent(Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True))
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome)
             self.store.release(inbox, "w", gen)
             execute_runnable(self.store, self.cfg, inbox)
@@ -49,7 +48,7 @@ class Loop:
         return [row.body for row in self.store.outbox(inbox)]
 
     def answer(self, answer: str, inbox: str = "ada") -> None:
-        [asked] = [e for e in Effects(self.store).view(inbox) if e.status == "asked"]
+        [asked] = [e for e in self.store.effects.view(inbox) if e.status == "asked"]
         assert self.store.answer_approval(inbox, asked.tool_use_id, answer) == answer
 
 
@@ -74,7 +73,7 @@ def test_ask_yes_runs_once_and_the_loop_reads_the_result(loop: str, store: Store
     lp = Loop(store, configured(), LOOPS[loop])
     lp.say('call refund_asked {"order": 7}')
     lp.wake()
-    assert calls(tool_log) == [] and Effects(store).view("ada")[0].status == "asked"
+    assert calls(tool_log) == [] and store.effects.view("ada")[0].status == "asked"
     assert any("Approval needed" in b for b in lp.said())
     lp.answer("yes")
     lp.wake()
@@ -117,10 +116,10 @@ def test_untrusted_text_makes_an_allowed_write_ask_naming_why(store: Store, conf
     lp = Loop(store, configured(), custom_loop.agent)
     lp.say('call refund {"order": 9}', source="mail")
     lp.wake()
-    [effect] = Effects(store).view("ada")
+    [effect] = store.effects.view("ada")
     assert effect.status == "asked" and effect.why == "the conversation holds an event from mail, which is not trusted"
     assert calls(tool_log) == []
-    kit = Toolkit(Run("ada", [], 9, store.memory("ada")))
+    kit = Toolkit(Run("ada", [], 9, store.runs.memory("ada")))
     assert kit.tainted == ("an event from mail",)  # kept in the inbox's memory for later runs
 
 

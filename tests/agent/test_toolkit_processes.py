@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from agent_support import agent_env, calls
-from store.effects import Effects
 
 LOOPS = ["examples.custom_loop:agent", "examples.pydantic_ai_loop:agent"]
 
@@ -37,14 +36,14 @@ def test_a_kit_loop_asks_and_on_yes_the_write_runs_once(make_cluster: Any, write
                                                         tool_log: Path, agent: str) -> None:
     cluster = _start(make_cluster, write_config, tool_log, agent)
     cluster.ingest("ask", "chat", "1", {"text": 'call refund_asked {"order": 5}'})
-    [asked] = cluster.wait(lambda: Effects(cluster.store).view("ask"), "ask: the asked effect")
+    [asked] = cluster.wait(lambda: cluster.store.effects.view("ask"), "ask: the asked effect")
     assert asked.status == "asked" and asked.tool == "refund_asked"
     _said(cluster, "ask", "Approval needed")
     assert _executions(tool_log, "ask") == []
     assert cluster.store.answer_approval("ask", asked.tool_use_id, "yes") == "yes"
     _said(cluster, "ask", "refunded order 5")  # the loop read the result back in its next run
     assert [c["input"] for c in _executions(tool_log, "ask")] == [{"order": 5}]
-    cluster.wait(lambda: Effects(cluster.store).view("ask")[0].status == "done", "ask: the effect done")
+    cluster.wait(lambda: cluster.store.effects.view("ask")[0].status == "done", "ask: the effect done")
     cluster.ingest("ask", "chat", "2", {"text": "anything else?"})  # another wake: never twice
     cluster.wait(lambda: cluster.settled("ask", 4), "ask: every event settled")
     assert len(_executions(tool_log, "ask")) == 1
@@ -56,7 +55,7 @@ def test_the_executor_runs_a_hand_written_agents_effect(make_cluster: Any, write
     cluster.ingest("hand", "chat", "1", {"text": "8"})
     _said(cluster, "hand", "result: refunded order 8")
     assert [(c["tool"], c["input"]) for c in _executions(tool_log, "hand")] == [("refund", {"order": 8})]
-    [effect] = Effects(cluster.store).view("hand")
+    [effect] = cluster.store.effects.view("hand")
     assert effect.status == "done"
 
 
@@ -67,12 +66,12 @@ def test_an_effect_no_configured_tool_runs_fails_the_run_and_stores_nothing(
     [dead] = cluster.wait(lambda: cluster.store.dead("moon"), "moon: the event dead at the attempt cap",
                           timeout=60)
     assert dead.attempts == 3  # counted like any agent error (WAKEFUL_MAX_ATTEMPTS in the cluster)
-    runs = cluster.store.runs("moon")
+    runs = cluster.store.operator.run_log("moon")
     assert runs and all(r.outcome == "error" for r in runs)
     assert all(r.error and r.error.startswith("invalid outcome: no configured tool can run the effect(s) "
                                               "of 'launch'") for r in runs), runs[0].error
-    assert Effects(cluster.store).view("moon") == []
-    assert cluster.store.outbox("moon") == [] and "tried" not in cluster.store.memory("moon")
+    assert cluster.store.effects.view("moon") == []
+    assert cluster.store.outbox("moon") == [] and "tried" not in cluster.store.runs.memory("moon")
 
 
 def test_a_kit_loops_http_tools_go_through_the_proxy_under_its_grants(make_cluster: Any, tmp_path: Path,
@@ -94,7 +93,7 @@ def test_a_kit_loops_http_tools_go_through_the_proxy_under_its_grants(make_clust
         c.ingest("ada", "chat", "1", {"text": 'call lookup_order {"order": 7}'})
         _said(c, "ada", "lookup_order: <untrusted tool=\"lookup_order\"")
         c.ingest("ada", "chat", "2", {"text": 'call refund {"order": 7}'})
-        [asked] = c.wait(lambda: Effects(c.store).view("ada"), "the refund asked")
+        [asked] = c.wait(lambda: c.store.effects.view("ada"), "the refund asked")
         assert asked.status == "asked" and not [p for p in shop.paths() if p.startswith("/shop/refunds")]
         assert c.store.answer_approval("ada", asked.tool_use_id, "yes") == "yes"
         _said(c, "ada", "refund: <untrusted")  # the loop read the shop's answer back
@@ -103,5 +102,5 @@ def test_a_kit_loops_http_tools_go_through_the_proxy_under_its_grants(make_clust
     refunds = [r for r in shop.requests if r.path.startswith("/shop/refunds")]
     assert len(refunds) == 1 and refunds[0].headers.get("authorization") == f"Bearer {token}"
     assert [p for p in shop.paths() if p.startswith("/shop/orders")] == ["/shop/orders/"]
-    assert {a.route for a in c.store.audit("ada")} == {"shop"}  # the loop never called a model
+    assert {a.route for a in c.store.grants.audit("ada")} == {"shop"}  # the loop never called a model
     assert token not in c.logs(tail=10**7) and "CANARY_" not in c.env

@@ -34,7 +34,6 @@ from sqlalchemy import select
 from agent.scripted import ScriptedModel
 from agent_support import agent_env
 from cli.processes import Processes, free_port, wait_for
-from store.effects import Effects
 from store.tables import grants
 from test_agent_through_proxy import proxied_config
 
@@ -107,7 +106,7 @@ def test_one_trace_follows_a_wake_across_web_worker_proxy_and_control(
             # 2. A wakeful.ingest task call: a read inline, and a write asked for approval.
             c.ingest("bo", "chat", "1", {"text": f'{canary["text"]}\ncall lookup_order {{"order": 7}}\n'
                                                  'call refund {"order": 8}'})
-            [asked] = c.wait(lambda: Effects(c.store).view("bo"), "the refund asked")
+            [asked] = c.wait(lambda: c.store.effects.view("bo"), "the refund asked")
             link = c.wait(lambda: re.findall(r"http://\S+token=\S+", "\n".join(m["body"] for m in c.sent("bo"))),
                           "the approval link sent")[0]
             # 3. Approved through the link: the effect runs after the commit.

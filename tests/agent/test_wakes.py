@@ -23,7 +23,6 @@ from agent.effects import execute_runnable
 from agent.scripted import ScriptedModel
 from agent import policy
 from store import Outcome, Store
-from store.effects import Effects
 
 
 def wakes_config(write_config: Any, **wakes: Any) -> Path:
@@ -54,7 +53,7 @@ class Agent:
             if not batch:
                 self.store.release(inbox, "w", gen, now=now)
                 return outcomes
-            run = Run(inbox, batch, gen, self.store.memory(inbox), lambda: True,
+            run = Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True,
                       _timers=functools.partial(self.store.timers, inbox))
             outcome = ClaudeRun(self.cfg, self.client, run).outcome()
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome, now=now)
@@ -200,7 +199,7 @@ def test_with_ask_the_executor_writes_the_wake_after_the_yes(store: Store, model
               call("schedule_wake", after_seconds=1, note="too soon"))
     [outcome] = agent.wake()
     assert outcome.timers == [] and agent.wakes() == []
-    [effect] = Effects(store).view("ada")  # the refused one was never asked
+    [effect] = store.effects.view("ada")  # the refused one was never asked
     assert effect.status == "asked" and effect.tool == "schedule_wake"
     assert store.answer_approval("ada", effect.tool_use_id, "yes") == "yes"
     agent.wake()
@@ -213,22 +212,21 @@ def test_with_ask_the_executor_writes_the_wake_after_the_yes(store: Store, model
 def test_the_executors_write_is_fenced_by_the_effects_attempt(store: Store, model: ScriptedModel,
                                                               write_config: Any) -> None:
     from store import Timer
-    from store.timers import Wakes
 
     agent = Agent(store, model, wakes_config(write_config, policy="ask"))
     agent.say(call("schedule_wake", after_seconds=600, note="later"))
     agent.wake()
-    [effect] = Effects(store).view("ada")
+    [effect] = store.effects.view("ada")
     store.answer_approval("ada", effect.tool_use_id, "yes")
-    book = Effects(store)
+    book = store.effects
     gen = store.acquire("ada", "w")  # the run that reads the yes settles the effect: ready
     batch = store.claim("ada", "w", gen)
     assert store.finish("ada", "w", gen, [e.id for e in batch], outcome=Outcome(answered=[effect.tool_use_id]))
     taken = book.begin("ada", effect.tool_use_id, stale_after=300)
     timer = Timer(f"wake:{effect.tool_use_id}", {"wake": "x", "note": "n", "set": "s"}, after=600)
-    assert Wakes(store).write("ada", effect.tool_use_id, taken.attempts - 1, timer, 20) == "superseded"
-    assert Wakes(store).write("ada", effect.tool_use_id, taken.attempts, timer, 20) == "written"
-    assert Wakes(store).write("ada", effect.tool_use_id, taken.attempts, timer, 20) == "exists"  # a retry
+    assert store.wakes.write("ada", effect.tool_use_id, taken.attempts - 1, timer, 20) == "superseded"
+    assert store.wakes.write("ada", effect.tool_use_id, taken.attempts, timer, 20) == "written"
+    assert store.wakes.write("ada", effect.tool_use_id, taken.attempts, timer, 20) == "exists"  # a retry
     assert len(agent.wakes()) == 1
 
 
@@ -239,7 +237,7 @@ def test_a_wake_asked_for_with_untrusted_text_in_view_waits_for_a_yes(store: Sto
     agent = Agent(store, model, wakes_config(write_config))
     store.ingest("ada", "mail", "x", {"text": call("schedule_wake", after_seconds=60, note="call refund {}")})
     agent.wake()
-    [effect] = Effects(store).view("ada")
+    [effect] = store.effects.view("ada")
     assert (effect.tool, effect.status) == ("schedule_wake", "asked") and "an event from mail" in effect.why
     assert agent.wakes() == []
     store.answer_approval("ada", effect.tool_use_id, "no")
@@ -286,7 +284,7 @@ def test_a_custom_loop_on_the_tool_kit_gets_them_too(store: Store, write_config:
             if not batch:
                 store.release("kit", "w", gen)
                 return
-            run = Run("kit", batch, gen, store.memory("kit"), _timers=functools.partial(store.timers, "kit"))
+            run = Run("kit", batch, gen, store.runs.memory("kit"), _timers=functools.partial(store.timers, "kit"))
             assert store.finish("kit", "w", gen, [e.id for e in batch], outcome=custom_loop.agent(run))
         raise AssertionError("the inbox never settled")
 

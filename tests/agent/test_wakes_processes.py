@@ -121,15 +121,13 @@ def test_a_cron_wake_in_a_time_zone_recurs_until_cancelled(make_cluster: Any, wr
 
 def test_an_asked_wake_is_written_by_the_executor_after_the_yes(make_cluster: Any, write_config: Any,
                                                                 model: ScriptedModel, tool_log: Path) -> None:
-    from store.effects import Effects
-
     cluster = _start(make_cluster, write_config, model, tool_log, policy="ask")
     cluster.ingest("ask", "chat", "1", {"text": call("schedule_wake", after_seconds=2, note="approved wake")})
-    cluster.wait(lambda: Effects(cluster.store).view("ask"), "the asked wake")
-    [effect] = Effects(cluster.store).view("ask")
+    cluster.wait(lambda: cluster.store.effects.view("ask"), "the asked wake")
+    [effect] = cluster.store.effects.view("ask")
     assert effect.status == "asked" and not [t for t in cluster.store.timers("ask") if t.id.startswith("wake:")]
     assert cluster.store.answer_approval("ask", effect.tool_use_id, "yes") == "yes"
-    done = cluster.wait(lambda: [e for e in Effects(cluster.store).view("ask") if e.status == "done"],
+    done = cluster.wait(lambda: [e for e in cluster.store.effects.view("ask") if e.status == "done"],
                         "the approved wake executed")[0]
     assert not done.result["is_error"] and done.result["content"].startswith(f"scheduled wake:{effect.tool_use_id}")
     cluster.wait(lambda: [b for b in _said(cluster, "ask") if "Noted: approved wake" in b],

@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 
 from agent.scripted import ScriptedModel
-from store.effects import Effects
 
 from agent_checks import executions, tool_counts  # type: ignore[import-not-found]
 from fault_tools import CONFIG  # type: ignore[import-not-found]
@@ -73,7 +72,7 @@ def agent_tools(make_stack, rng: random.Random, scale: int = 1):  # type: ignore
         s.feed(batch("b"))
         s.feed(batch("c"))
         s.feed([(inboxes[0], "chat", "mcp-write", {"text": 'call mcp_refund {"order": 1}'})])  # one for sure
-        book = Effects(s.store)
+        book = s.store.effects
         for _ in range(3):  # a result ingested after a drain wakes the agent once more
             s.wait(lambda: not [e for e in book.view() if e.status in ("ready", "executing")],
                    "every effect executed", timeout=120 * scale)

@@ -63,7 +63,7 @@ def killed_in_flight(s: Stack, n: int = IN_FLIGHT) -> dict[str, int]:
     s.wait(lambda: s.settled(inboxes), "every run lost in the kill run again", timeout=120)
     s.kill(fresh, signal.SIGKILL)  # idle now: the next phase's worker is the only one
     events = [e for inbox in inboxes for e in s.store.events(inbox)]
-    done_runs = {inbox: [r for r in s.store.runs(inbox) if r.outcome == "done"] for inbox in inboxes}
+    done_runs = {inbox: [r for r in s.store.operator.run_log(inbox) if r.outcome == "done"] for inbox in inboxes}
     return {
         "inflight_not_done": sum(1 for e in events if e.status != "done"),
         "inflight_attempts_not_two": sum(1 for e in events if e.attempts != 2),

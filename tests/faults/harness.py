@@ -170,7 +170,7 @@ class Stack:
     def feed(self, items: Iterable[tuple[str, str, str, dict[str, Any]]], ring: bool = True) -> int:
         """Store events (what the web edge does: store first, then ring); the inputs."""
         batch = list(items)
-        stored = self.store.ingest_many(batch)
+        stored = self.store.intake.ingest_many(batch)
         for (inbox, source, source_id, _), new in zip(batch, stored):
             self.inputs.add(inbox, source, source_id)
         if ring:

@@ -112,7 +112,7 @@ def pause_past_lease(make_stack: MakeStack, rng: random.Random, scale: int = 1) 
                            ("heartbeat", {"say": "one reply", "work": 1})):
         if taker is not None:
             s.kill(taker)  # the paused worker must be the one that takes the next event
-        refused_before = s.store.counters().get("stale_finishes_refused", 0)
+        refused_before = s.store.operator.counters().get("stale_finishes_refused", 0)
         mark = s.log_length()
         inbox = f"pause-{phase}-{uuid.uuid4().hex[:6]}"
         s.feed([(inbox, "chat", "m-1", payload)])
@@ -126,9 +126,9 @@ def pause_past_lease(make_stack: MakeStack, rng: random.Random, scale: int = 1) 
         late = s.wait(lambda: [line for line in paused.text().splitlines()
                                if f"'inbox': '{inbox}'" in line and "succeeded" in line],
                       "the paused worker's late run ended")[0]
-        refused = s.store.counters().get("stale_finishes_refused", 0) - refused_before
+        refused = s.store.operator.counters().get("stale_finishes_refused", 0) - refused_before
         _drain(s, timeout=60)
-        done = [r for r in s.store.runs(inbox) if r.outcome == "done"]
+        done = [r for r in s.store.operator.run_log(inbox) if r.outcome == "done"]
         messages = len(s.store.outbox(inbox))
         deliveries = sum(1 for line in _sent(s) if line["inbox"] == inbox)
         counts["completions_not_one"] += abs(len(done) - 1)
@@ -259,7 +259,7 @@ def pg_connections_killed(make_stack: MakeStack, rng: random.Random, scale: int 
     s.wait(lambda: s.settled([late]), "an event after the connection kills")
     counts = s.counts()
     counts["processes_died"] = len(s.crashes)
-    stuck = s.store.metrics().get("running", 0)
+    stuck = s.store.operator.metrics().get("running", 0)
     counts["stuck_running"] = stuck
     return Result(counts, injected={"backends_terminated": terminated[0]},
                   measured={"events": len(s.inputs.keys), "dead": len(s.store.dead()),
@@ -287,7 +287,7 @@ def hot_inbox(make_stack: MakeStack, rng: random.Random, scale: int = 1,
         rows = conn.execute(select(events_table.c.inbox, events_table.c.created,
                                    events_table.c.finished).where(events_table.c.inbox != hot)).all()
     waits = sorted(r.finished - r.created for r in rows)
-    hot_runs = s.store.runs(hot, limit=100000)
+    hot_runs = s.store.operator.run_log(hot, limit=100000)
     counts = s.counts(gap=False)
     return Result(counts, measured={
         "hot_events": total, "hot_runs": len(hot_runs),
@@ -381,7 +381,7 @@ def approvals_at_deadline(make_stack: MakeStack, rng: random.Random, scale: int 
         inbox, rid = f"appr{i % 4}", f"req-{i}"
         s.store.request_approval(inbox, rid, f"refund #{i}", expires_in=4 + i % 5)
         requests.append((inbox, rid))
-    deadlines = {(a.inbox, a.request_id): a.deadline for a in s.store.approvals(pending_only=False)}
+    deadlines = {(a.inbox, a.request_id): a.deadline for a in s.store.approvals.view(pending_only=False)}
     answers: list[tuple[str, str, str, Any]] = []
     lock = threading.Lock()
 
@@ -438,7 +438,7 @@ def skewed_clocks(make_stack: MakeStack, rng: random.Random, scale: int = 1) -> 
                                         faults="after_claim:sleep=6", prefix=prefix,
                                         extra_env={**env, "WAKEFUL_FAULTS_LOG": str(s.fault_log)}))
     s.ready(control, beat, honest, *(p for _, p in skewed.values()))
-    refused_before = s.store.counters().get("stale_finishes_refused", 0)
+    refused_before = s.store.operator.counters().get("stale_finishes_refused", 0)
     # (a) a live lease held by an honest worker is not stolen by either skewed one.
     held = "held"
     s.feed([(held, "chat", "long", {"work": 4, "say": "long run"})])
@@ -456,11 +456,11 @@ def skewed_clocks(make_stack: MakeStack, rng: random.Random, scale: int = 1) -> 
         s.inputs.add(inbox, "chat", "m-1")
         s.client.send_task("wakeful.run_inbox", args=[inbox], queue=queue, ignore_result=True)
     _drain(s, timeout=90)
-    s.wait(lambda: s.store.counters().get("stale_finishes_refused", 0) - refused_before >= 2,
+    s.wait(lambda: s.store.operator.counters().get("stale_finishes_refused", 0) - refused_before >= 2,
            "both skewed workers' late finishes refused", timeout=60)
     for sign in skewed:
         inbox = f"stall{'plus' if sign == '+' else 'minus'}"
-        done = [r for r in s.store.runs(inbox) if r.outcome == "done"]
+        done = [r for r in s.store.operator.run_log(inbox) if r.outcome == "done"]
         kept += int(len(done) != 1 or done[0].generation < 2)
     counts = s.counts()
     counts["live_lease_stolen"] = stolen
@@ -506,17 +506,17 @@ def pickle_and_bad_calls(make_stack: MakeStack, rng: random.Random, scale: int =
         ("wakeful.answer_approval", {"inbox": "bad", "request_id": "r", "answer": 1}),
         ("wakeful.answer_approval", {"inbox": "bad"}),
     ]
-    before = len(s.store.rejections(limit=1000))
+    before = len(s.store.operator.rejections(limit=1000))
     results = [s.client.send_task(name, kwargs=kw, ignore_result=False).get(timeout=60, interval=0.05)
                for name, kw in bad_calls]
-    recorded = len(s.store.rejections(limit=1000)) - before
+    recorded = len(s.store.operator.rejections(limit=1000)) - before
     # Malformed doorbells: refused and recorded, and the run worker goes on.
     for args in ([{"not": "an inbox"}], [], [""]):
         answer = s.client.send_task("wakeful.run_inbox", args=args, queue="wakeful.runs",
                                     ignore_result=False).get(timeout=60, interval=0.05)
         results.append(answer)
     bad_calls += [("wakeful.run_inbox", {})] * 3
-    recorded = len(s.store.rejections(limit=1000)) - before
+    recorded = len(s.store.operator.rejections(limit=1000)) - before
     ok = f"ok-{uuid.uuid4().hex[:6]}"
     s.feed([(ok, "chat", "m", {"say": "still fine"})])
     s.wait(lambda: s.settled([ok]), "a good event after the bad calls")

@@ -46,18 +46,18 @@ def test_anyone_on_the_broker_cannot_approve(doors) -> None:
     # a malformed answer is dropped by the worker's guard, and its token is not kept
     spare = make_token("ops", "rollback-7", secret=APPROVAL_SECRET, expires_in=3600)
     client.send_task("wakeful.answer_approval", args=["ops", "rollback-7", "yes", spare, "extra"])
-    doors.wait(lambda: any(r.origin == "queue:celery" for r in store.rejections(limit=100)),
+    doors.wait(lambda: any(r.origin == "queue:celery" for r in store.operator.rejections(limit=100)),
                "the malformed answer refused")
 
     # nor wipe the history and the record of rejected input through retention
     assert "shorter than WAKEFUL_RETENTION" in call("wakeful.purge", older_than=0)["rejected"]
 
-    origins = [r.origin for r in store.rejections(limit=100)]
+    origins = [r.origin for r in store.operator.rejections(limit=100)]
     assert origins.count("task:wakeful.ingest") == 2
     assert origins.count("task:wakeful.answer_approval") == 3
     assert origins.count("task:wakeful.purge") == 1
     for t in (token, spare):
-        assert all(t not in (r.excerpt or "") + (r.reason or "") for r in store.rejections(limit=100))
+        assert all(t not in (r.excerpt or "") + (r.reason or "") for r in store.operator.rejections(limit=100))
     client.close()
 
 
@@ -83,12 +83,12 @@ def test_an_answer_taken_off_the_queue_and_changed_is_refused(doors, carried: st
 
     doors.procs.wait_ready(doors.procs.worker("control-again", CONTROL_QUEUES, concurrency=2))
 
-    [refusal] = doors.wait(lambda: [r for r in store.rejections(limit=10)
+    [refusal] = doors.wait(lambda: [r for r in store.operator.rejections(limit=10)
                                     if r.origin == "task:wakeful.answer_approval"], "the changed answer refused")
     print(f"{carried}: refused: {refusal.reason}")
     assert refusal.excerpt == "'yes'" and link_token not in refusal.reason and token not in refusal.reason
     assert store.events("ops") == []
-    [approval] = store.approvals("ops")  # still pending: nobody has answered
+    [approval] = store.approvals.view("ops")  # still pending: nobody has answered
     assert approval.request_id == "deploy-9"
 
     untouched = answer_token(link_token, "no")

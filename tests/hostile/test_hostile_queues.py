@@ -85,13 +85,13 @@ def test_every_malformed_message_on_every_queue_is_dropped_recorded_and_survived
 
     def recorded() -> dict[str, int]:
         counts: dict[str, int] = {}
-        for r in doors.store.rejections(limit=1000):
+        for r in doors.store.operator.rejections(limit=1000):
             counts[r.origin] = counts.get(r.origin, 0) + 1
         return counts
 
     expected_origins = {f"queue:{q}": n for q, n in expected.items()} | {"task:wakeful.ingest": 2}
     doors.wait(lambda: recorded() == expected_origins, "every malformed message recorded as rejected input")
-    reasons = {r.reason for r in doors.store.rejections(limit=1000)}
+    reasons = {r.reason for r in doors.store.operator.rejections(limit=1000)}
     assert any("not Celery's [args, kwargs, embed] triple (got a string)" in r for r in reasons)
     assert any("unknown task name 'wakeful.nope'" in r for r in reasons)
     assert any("limit is 1048576" in r for r in reasons)

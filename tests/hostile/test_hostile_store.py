@@ -19,7 +19,7 @@ def test_outside_writes_cannot_use_a_source_the_runtime_writes(store: Store, sou
     with pytest.raises(InvalidEvent, match="written by wakeful itself"):
         store.ingest("a", source, "r1", {"approval": "r1", "answer": "yes"}, now=T)
     with pytest.raises(InvalidEvent, match="written by wakeful itself"):
-        store.ingest_many([("a", "chat", "1", {}), ("a", source, "r1", {"answer": "yes"})], now=T)
+        store.intake.ingest_many([("a", "chat", "1", {}), ("a", source, "r1", {"answer": "yes"})], now=T)
     with pytest.raises(InvalidEvent, match="written by wakeful itself"):
         store.add_timer("a", "t", T + 1, {"answer": "yes"}, key=(source, "r1"), now=T)
     assert store.events("a") == []  # nothing half-stored: not even the good item of the batch
@@ -30,11 +30,11 @@ def test_outside_writes_cannot_use_a_source_the_runtime_writes(store: Store, sou
 def test_the_same_request_again_changes_nothing(store: Store) -> None:
     store.request_approval("a", "r1", "roll back deploy 7", 600, now=T)
     store.request_approval("a", "r1", "roll back deploy 7", 6000, now=T + 100)
-    [approval] = store.approvals("a")
+    [approval] = store.approvals.view("a")
     assert approval.deadline == T + 600  # the first deadline stands
     assert store.answer_approval("a", "r1", "yes", now=T + 200) == "yes"
     store.request_approval("a", "r1", "roll back deploy 7", 600, now=T + 300)  # a retried run
-    assert [a.answer for a in store.approvals("a", pending_only=False)] == ["yes"]
+    assert [a.answer for a in store.approvals.view("a", pending_only=False)] == ["yes"]
 
 
 def test_a_request_id_asked_for_another_action_is_refused_not_inherited(store: Store) -> None:
@@ -42,11 +42,11 @@ def test_a_request_id_asked_for_another_action_is_refused_not_inherited(store: S
     assert store.answer_approval("a", "r1", "yes", now=T + 10) == "yes"
     with pytest.raises(ApprovalConflict, match="already requested for another action"):
         store.request_approval("a", "r1", "drop the production database", 600, now=T + 20)
-    [approval] = store.approvals("a", pending_only=False)
+    [approval] = store.approvals.view("a", pending_only=False)
     assert approval.action == "roll back deploy 7"
     # the same id in another inbox is another question
     store.request_approval("b", "r1", "drop the production database", 600, now=T + 20)
-    assert store.approvals("b")[0].answer is None
+    assert store.approvals.view("b")[0].answer is None
 
 
 def test_an_answer_left_after_retention_is_not_inherited_by_a_new_request(store: Store) -> None:
@@ -54,11 +54,11 @@ def test_an_answer_left_after_retention_is_not_inherited_by_a_new_request(store:
     assert store.answer_approval("a", "r1", "yes", now=T + 10) == "yes"
     # retention drops the old request row; its answer event (still pending) stays
     store.purge(86400, now=LATER)
-    assert store.approvals("a", pending_only=False) == []
+    assert store.approvals.view("a", pending_only=False) == []
     for action in ("roll back deploy 7", "drop the production database"):
         with pytest.raises(ApprovalConflict, match="already answered"):
             store.request_approval("a", "r1", action, 600, now=LATER)
-    assert store.approvals("a", pending_only=False) == []  # nothing half-stored
+    assert store.approvals.view("a", pending_only=False) == []  # nothing half-stored
 
 
 def test_the_rejection_table_keeps_the_newest_rows_up_to_its_cap(store: Store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -66,7 +66,7 @@ def test_the_rejection_table_keeps_the_newest_rows_up_to_its_cap(store: Store, m
 
     monkeypatch.setattr(inbox_rules, "REJECTIONS_KEPT", 5)
     for n in range(12):
-        store.record_rejection("queue:celery", f"flood {n}", excerpt="x" * 10_000)
-    rows = store.rejections(limit=100)
+        store.operator.record_rejection("queue:celery", f"flood {n}", excerpt="x" * 10_000)
+    rows = store.operator.rejections(limit=100)
     assert [r.reason for r in rows] == [f"flood {n}" for n in range(11, 6, -1)]
     assert all(len(r.excerpt) <= 500 for r in rows)  # never the whole body

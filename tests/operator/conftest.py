@@ -63,8 +63,8 @@ def content(make_store: Callable[..., Store]) -> Content:
     store.run_scheduler(now=now - 50)  # the expiry fires: an "expired" answer event
     assert store.ingest("bob", "chat", "b-1", {"text": "hi"}, now=now - 40)
     assert store.acquire("bob", "worker-7", now=now) is not None
-    store.record_rejection("task:wakeful.ingest", "payload must be a JSON object",
-                           inbox="carol", source="chat", source_id="c-1", excerpt='"oops"')
+    store.operator.record_rejection("task:wakeful.ingest", "payload must be a JSON object",
+                                    inbox="carol", source="chat", source_id="c-1", excerpt='"oops"')
     [dead] = store.dead()
     assert dead.id == poison.id
     bob_event = [e for e in store.events("bob") if e.source == "chat"][0]

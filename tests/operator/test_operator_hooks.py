@@ -37,9 +37,9 @@ def test_hooks_set_list_remove_rekey(db_url: str, make_store: Callable[..., Stor
     assert "?" in run("list", key=new).output  # a key that cannot open the rows: counts unknown
 
     store = make_store()
-    assert store.hook_secrets(cipher=cipher(old))["bob"] == {"stripe": ("whsec_new", "whsec_old")}
+    assert store.hook_secrets.unsealed(cipher=cipher(old))["bob"] == {"stripe": ("whsec_new", "whsec_old")}
     assert run("rekey", key=f"{new},{old}").exit_code == 0
-    assert store.hook_secrets(cipher=cipher(new))["alice"] == {"github": ("gh-secret-alice",)}
+    assert store.hook_secrets.unsealed(cipher=cipher(new))["alice"] == {"github": ("gh-secret-alice",)}
     assert run("remove", "alice").exit_code == 0
     assert run("remove", "alice").exit_code == 1  # nothing left to remove
-    assert [r.inbox for r in store.hook_secret_list()] == ["bob"]
+    assert [r.inbox for r in store.hook_secrets.rows()] == ["bob"]

@@ -37,10 +37,10 @@ def test_summary_goes_to_the_operator_inbox_once(make_store: Callable[..., Store
     assert lines[4] == "  inbox bob: refund-2 (refund order 2)"
     assert "refund-1" not in message.body  # still pending, not expired
     # Written through the fenced path: an event-less run of the operator inbox, lease let go.
-    [run] = store.runs("ops")
+    [run] = store.operator.run_log("ops")
     assert (run.holder, run.outcome, run.event_ids) == (HOLDER, "done", ())
     assert store.status("ops").holder is None
-    assert store.memory("ops") == {WATERMARK: now}
+    assert store.runs.memory("ops") == {WATERMARK: now}
 
     # The next summary tells only what is new.
     assert write_summary(store, "ops", now=now + 10)["written"] is False
@@ -58,7 +58,7 @@ def test_summary_waits_while_the_operator_inbox_is_busy(make_store: Callable[...
     store.acquire("ops", "agent-run", now=content.now)
     assert write_summary(store, "ops", now=content.now) == {
         "channel": "ops", "skipped": "the operator inbox's lease is held"}
-    assert store.outbox("ops") == [] and store.memory("ops") == {}
+    assert store.outbox("ops") == [] and store.runs.memory("ops") == {}
     assert store.status("ops").holder == "agent-run"
 
 
@@ -135,9 +135,9 @@ def test_summary_window_ends_on_the_database_clock_not_the_workers(
     import time
 
     store = make_store()
-    database_now = store.clock()
+    database_now = store.transactions.clock()
     real_time = time.time
     monkeypatch.setattr(time, "time", lambda: real_time() + 600)
     result = write_summary(store, "ops")
     assert database_now <= result["until"] <= database_now + 60
-    assert store.memory("ops")[WATERMARK] == result["until"]
+    assert store.runs.memory("ops")[WATERMARK] == result["until"]

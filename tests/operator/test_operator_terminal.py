@@ -18,9 +18,9 @@ RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\r")
 def test_every_view_escapes_control_and_bidi_characters(make_store: Callable[..., Store],
                                                         wakeful: Callable[..., object]) -> None:
     store = make_store()
-    store.record_rejection("web:hooks/github", "401 bad_signature: \x1b[2J cleared",
-                           inbox=EVIL_INBOX, source="github", source_id=EVIL_ID,
-                           excerpt="\x1b[31m{}")
+    store.operator.record_rejection("web:hooks/github", "401 bad_signature: \x1b[2J cleared",
+                                    inbox=EVIL_INBOX, source="github", source_id=EVIL_ID,
+                                    excerpt="\x1b[31m{}")
     assert store.ingest(EVIL_INBOX, "chat", EVIL_ID, {"text": "hi"})
     store.request_approval(EVIL_INBOX, "r\u202e1", "wire \x1b[8mhidden\x1b[0m money", 600)
     for args in (["rejected"], ["status"], ["status", EVIL_INBOX], ["events", "-i", EVIL_INBOX],

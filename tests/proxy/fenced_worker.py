@@ -18,7 +18,7 @@ def main(database_url: str, proxy: str, inbox: str) -> None:
     store = Store.connect(database_url, lease_ttl=2)
     generation = store.acquire(inbox, "stopped-worker")
     assert generation is not None
-    egress = Egress(proxy, store.mint_grant(inbox, "stopped-worker", generation, ["shop"], 600))
+    egress = Egress(proxy, store.grants.mint(inbox, "stopped-worker", generation, ["shop"], 600))
     assert egress is not None
     with egress.http("shop") as http:
         print("first", http.get("/orders/before-the-stop").status_code, generation, flush=True)

@@ -205,7 +205,7 @@ class Stack:
 
     def grant(self, inbox: str, routes: list[str], holder: str = "w1", ttl: int = 600) -> str:
         gen = self.lease(inbox, holder)
-        token = self.store.mint_grant(inbox, holder, gen, routes, ttl)
+        token = self.store.grants.mint(inbox, holder, gen, routes, ttl)
         assert token is not None
         return token
 

@@ -42,11 +42,11 @@ def test_a_fenced_workers_late_call_is_refused_and_never_reaches_the_upstream(st
             worker.kill()
     paths = stack.upstream.paths()
     assert "/shop/orders/before-the-stop" in paths and "/shop/orders/after-the-takeover" not in paths
-    audit = [(e.generation, e.path, e.status, e.outcome) for e in stack.store.audit(inbox)]
+    audit = [(e.generation, e.path, e.status, e.outcome) for e in stack.store.grants.audit(inbox)]
     assert audit == [(int(generation), "/orders/before-the-stop", 200, "ok"),
                      (int(generation), "/orders/after-the-takeover", 403, "fenced")]
     # the new holder's own grant goes through
-    egress = Egress(stack.proxy_url, stack.store.mint_grant(inbox, "w2", taken, ["shop"], 600))
+    egress = Egress(stack.proxy_url, stack.store.grants.mint(inbox, "w2", taken, ["shop"], 600))
     assert egress is not None
     with egress.http("shop") as http:
         assert http.get("/orders/new-holder").status_code == 200

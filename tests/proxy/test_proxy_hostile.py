@@ -35,7 +35,7 @@ def test_a_content_encoding_the_proxy_cannot_decode_is_refused_and_recorded(stac
         got[path] = (response.status_code, response.headers.get("x-wakeful-refused"),
                      stack.shop_secret.encode() in _readable(response.content))
     assert got == {"/br": (502, "upstream_encoding", False), "/xgzip": (502, "upstream_encoding", False)}
-    assert [(e.path, e.status, e.outcome) for e in stack.store.audit("px-enc")] == [
+    assert [(e.path, e.status, e.outcome) for e in stack.store.grants.audit("px-enc")] == [
         ("/br", 502, "upstream_encoding"), ("/xgzip", 502, "upstream_encoding")]
 
 
@@ -98,15 +98,15 @@ def tight(stack: Stack, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-d
 
 
 def test_made_up_routes_are_recorded_under_one_label_and_within_a_budget(stack: Stack, tight: str) -> None:
-    newest = max([e.id for e in stack.store.audit(limit=1)], default=0)
+    newest = max([e.id for e in stack.store.grants.audit(limit=1)], default=0)
     started = time.monotonic()
     for n in range(30):
         response = httpx.get(f"{tight}/made-up-{n}/x", timeout=30)
         assert response.status_code in (401, 404), response.text
     elapsed = time.monotonic() - started
-    rows = [e for e in stack.store.audit(limit=1000) if e.id > newest]
+    rows = [e for e in stack.store.grants.audit(limit=1000) if e.id > newest]
     assert {e.route for e in rows} == {"(unknown)"}, sorted({e.route for e in rows})
-    assert not [r for r in stack.store.metrics()["proxy_not_ok"] if r.startswith("made-up")]
+    assert not [r for r in stack.store.operator.metrics()["proxy_not_ok"] if r.startswith("made-up")]
     # the budget: 2 at once, then 1 a second; the rest answered and counted, not written
     unrecorded = httpx.get(tight + "/healthz", timeout=30).json()["refusals_unrecorded"]
     assert len(rows) + unrecorded == 30 and len(rows) <= 3 + elapsed, (len(rows), unrecorded, elapsed)
@@ -114,4 +114,4 @@ def test_made_up_routes_are_recorded_under_one_label_and_within_a_budget(stack: 
     grant = stack.grant("px-budget", ["shop"])
     for _ in range(10):
         assert httpx.get(f"{tight}/shop/admin", headers={"X-Wakeful-Grant": grant}, timeout=30).status_code == 403
-    assert [e.outcome for e in stack.store.audit("px-budget")] == ["path_not_allowed"] * 10
+    assert [e.outcome for e in stack.store.grants.audit("px-budget")] == ["path_not_allowed"] * 10

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.processes]
 
 
 def _outcomes(stack: Stack, inbox: str) -> list[tuple[str, str, int, str]]:
-    return [(e.method, e.path, e.status, e.outcome) for e in stack.store.audit(inbox)]
+    return [(e.method, e.path, e.status, e.outcome) for e in stack.store.grants.audit(inbox)]
 
 
 def test_an_allowed_request_carries_the_routes_secret_and_never_brings_it_back(stack: Stack) -> None:
@@ -33,7 +33,7 @@ def test_an_allowed_request_carries_the_routes_secret_and_never_brings_it_back(s
     assert stack.shop_secret not in response.text and REDACTED.decode() in response.text
     assert response.headers["x-echo-auth"] == f"Bearer {REDACTED.decode()}"
     assert grant not in response.text
-    [entry] = stack.store.audit("px-ok")
+    [entry] = stack.store.grants.audit("px-ok")
     assert (entry.route, entry.method, entry.path, entry.status, entry.outcome) == (
         "shop", "GET", "/orders/17", 200, "ok")
     assert entry.bytes == len(response.content) and entry.generation == stack.lease("px-ok")
@@ -41,7 +41,7 @@ def test_an_allowed_request_carries_the_routes_secret_and_never_brings_it_back(s
 
 def test_refusals_say_why_and_send_nothing_upstream(stack: Stack) -> None:
     grant = stack.grant("px-no", ["shop"])
-    model_only = stack.store.mint_grant("px-no", "w1", stack.lease("px-no"), ["anthropic"], 600)
+    model_only = stack.store.grants.mint("px-no", "w1", stack.lease("px-no"), ["anthropic"], 600)
     before = len(stack.upstream.requests)
     cases = [
         ("/shop/orders/1", None, "GET", 401, "no_grant"),
@@ -60,16 +60,16 @@ def test_refusals_say_why_and_send_nothing_upstream(stack: Stack) -> None:
         assert (response.status_code, response.headers["x-wakeful-refused"]) == (status, outcome), path
         assert response.json()["error"]["message"].startswith("wakeful proxy: ")
     assert len(stack.upstream.requests) == before  # nothing reached the upstream
-    refused = [(e.status, e.outcome) for e in stack.store.audit("px-no")]
+    refused = [(e.status, e.outcome) for e in stack.store.grants.audit("px-no")]
     assert refused == [(s, o) for _, t, _, s, o in cases if t not in (None, "wkg_" + "A" * 43)]
-    by_route = stack.store.metrics()["proxy_not_ok"]
+    by_route = stack.store.operator.metrics()["proxy_not_ok"]
     assert by_route["shop"]["no_grant"] >= 1 and by_route["shop"]["bad_path"] >= 3
 
 
 def test_an_expired_grant_is_refused(stack: Stack) -> None:
     gen = stack.lease("px-exp")
-    past = stack.store.clock() - 100
-    token = stack.store.mint_grant("px-exp", "w1", gen, ["shop"], 10, now=past)
+    past = stack.store.transactions.clock() - 100
+    token = stack.store.grants.mint("px-exp", "w1", gen, ["shop"], 10, now=past)
     before = len(stack.upstream.requests)
     response = stack.get("/shop/orders/1", token)
     assert (response.status_code, response.headers["x-wakeful-refused"]) == (403, "expired")
@@ -110,7 +110,7 @@ def test_server_sent_events_pass_as_they_arrive_with_a_split_secret_scrubbed(sta
                     # the first two were passed on before the response ended
                     stack.upstream.gate.set()
     assert events == ["first", f"auth Bearer {REDACTED.decode()}", "last"]
-    assert stack.store.audit("px-sse")[-1].outcome == "ok"
+    assert stack.store.grants.audit("px-sse")[-1].outcome == "ok"
 
 
 def test_a_caller_that_leaves_mid_stream_is_recorded(stack: Stack) -> None:
@@ -122,7 +122,7 @@ def test_a_caller_that_leaves_mid_stream_is_recorded(stack: Stack) -> None:
         with http.stream("GET", "/stream") as response:
             first = next(line for line in response.iter_lines() if line.startswith("data: "))
     assert first == "data: first"  # the client closed the stream here, before the last event
-    entry = wait_for(lambda: stack.store.audit("px-gone"), 30, "the audit row")[0]  # type: ignore[index]
+    entry = wait_for(lambda: stack.store.grants.audit("px-gone"), 30, "the audit row")[0]  # type: ignore[index]
     assert (entry.status, entry.outcome) == (200, "client_gone")
     stack.upstream.gate.set()
 
@@ -141,7 +141,7 @@ def test_upstream_down_slow_oversized_and_compressed(stack: Stack) -> None:
     assert _outcomes(stack, "px-bad") == [
         ("GET", "/", 502, "upstream_down"), ("GET", "/slow", 504, "upstream_timeout"),
         ("GET", "/big", 200, "response_cut"), ("GET", "/gzip", 200, "ok")]
-    assert stack.store.audit("px-bad")[2].bytes == 65536
+    assert stack.store.grants.audit("px-bad")[2].bytes == 65536
 
 
 def test_the_anthropic_sdk_talks_through_the_proxy_with_a_grant_for_a_key(stack: Stack) -> None:
@@ -169,7 +169,7 @@ def test_the_anthropic_sdk_talks_through_the_proxy_with_a_grant_for_a_key(stack:
     with pytest.raises(anthropic.PermissionDeniedError, match="does not cover this route"):
         Egress(stack.proxy_url, stack.grant("px-sdk", ["shop"])).anthropic_client(max_retries=0).messages.create(
             model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
-    assert [e.outcome for e in stack.store.audit("px-sdk")] == ["ok", "ok", "route_not_granted"]
+    assert [e.outcome for e in stack.store.grants.audit("px-sdk")] == ["ok", "ok", "route_not_granted"]
 
 
 def test_the_proxy_process_never_loads_celery_or_the_agent_kit(stack: Stack) -> None:

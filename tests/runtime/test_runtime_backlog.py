@@ -15,11 +15,11 @@ def test_a_backlog_without_doorbells_drains_from_one_doorbell(make_cluster) -> N
     """As after a broker flushed under load: the events are stored, their doorbells gone, and
     the sweep is an hour away. One of the sweep's doorbells (for one of them) is enough."""
     c = make_cluster(run_workers=1, env={"WAKEFUL_SWEEP_INTERVAL": "3600"})
-    assert all(c.store.ingest_many([(f"b{n}", "chat", f"m-{n}", {"text": f"hi {n}", "silent": True})
-                                    for n in range(INBOXES)]))
+    assert all(c.store.intake.ingest_many([(f"b{n}", "chat", f"m-{n}", {"text": f"hi {n}", "silent": True})
+                                           for n in range(INBOXES)]))
     c.client.send_task("wakeful.run_inbox", args=["b0"], kwargs={"drain": True}, queue="wakeful.runs")
     c.wait(lambda: all(c.settled(f"b{n}", 1) for n in range(INBOXES)), "every inbox drained", timeout=90)
-    runs = [r for n in range(INBOXES) for r in c.store.runs(f"b{n}")]
+    runs = [r for n in range(INBOXES) for r in c.store.operator.run_log(f"b{n}")]
     assert len(runs) == INBOXES  # each once: by that task and the helpers it recruited
     assert all(e.attempts == 1 for n in range(INBOXES) for e in c.store.events(f"b{n}"))
 
@@ -30,8 +30,8 @@ def test_a_hot_inbox_does_not_hold_the_others_back(make_cluster) -> None:
     the task that handed it back; the others are taken from the backlog meanwhile."""
     c = make_cluster(run_workers=1, env={"WAKEFUL_SWEEP_INTERVAL": "3600", "WAKEFUL_MAX_RUNS_PER_TASK": "1",
                                          "WAKEFUL_BATCH_LIMIT": "1"})
-    c.store.ingest_many([("hot", "chat", f"h-{n}", {"text": "busy", "silent": True}) for n in range(30)])
-    c.store.ingest_many([(f"o{n}", "chat", f"m-{n}", {"text": "hi", "silent": True}) for n in range(10)])
+    c.store.intake.ingest_many([("hot", "chat", f"h-{n}", {"text": "busy", "silent": True}) for n in range(30)])
+    c.store.intake.ingest_many([(f"o{n}", "chat", f"m-{n}", {"text": "hi", "silent": True}) for n in range(10)])
     c.client.send_task("wakeful.run_inbox", args=["hot"], kwargs={"drain": True}, queue="wakeful.runs")
     c.wait(lambda: all(c.settled(f"o{n}", 1) for n in range(10)), "the other inboxes done", timeout=60)
     hot_done = len([e for e in c.store.events("hot") if e.status == "done"])

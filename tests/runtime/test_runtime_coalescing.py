@@ -33,7 +33,7 @@ def test_a_burst_of_rings_queues_one_task_which_drains_them_all(make_cluster) ->
     worker = c.procs.worker("runs0", RUN_QUEUES)
     c.procs.wait_ready(worker)
     c.wait(lambda: all(c.settled(f"burst{n}", 1) for n in range(40)), "every inbox drained", timeout=60)
-    holders = {r.holder for n in range(40) for r in c.store.runs(f"burst{n}")}
+    holders = {r.holder for n in range(40) for r in c.store.operator.run_log(f"burst{n}")}
     assert 1 <= len(holders) <= 2  # the queued task, and at most the one its first take rang
 
 
@@ -62,7 +62,7 @@ def test_free_workers_join_a_drain_and_a_new_ring_is_served_after_it(make_cluste
     workers = [c.procs.worker(f"runs{i}", RUN_QUEUES) for i in range(3)]
     c.procs.wait_ready(*workers)
     c.wait(lambda: all(c.settled(f"slow{n}", 1) for n in range(12)), "every inbox done", timeout=60)
-    runs = [r for n in range(12) for r in c.store.runs(f"slow{n}")]
+    runs = [r for n in range(12) for r in c.store.operator.run_log(f"slow{n}")]
     by_process = {r.holder.rsplit(":", 1)[0] for r in runs}
     assert len(by_process) == 3  # every worker took part, though one message was queued
     # Once the drain is over nothing is queued, and a ring for an idle system is sent at once.

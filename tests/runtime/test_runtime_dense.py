@@ -95,7 +95,7 @@ def _serve_waiting(s: Stack, database_url: str) -> Peaks:
     for inbox in inboxes:
         [event] = s.store.events(inbox)
         assert (event.status, event.attempts) == ("done", 1), (inbox, event)
-        assert [r.outcome for r in s.store.runs(inbox)] == ["done"]
+        assert [r.outcome for r in s.store.operator.run_log(inbox)] == ["done"]
     counts = s.counts(gap=False)
     assert {k: v for k, v in counts.items() if v} == {}, counts
     logs = s.logs(tail=10**6)
@@ -192,7 +192,7 @@ def test_a_run_past_the_time_limit_in_the_dense_pool_ends_and_its_lease_is_relea
         worker = s.worker("runs-dense", pool=RUN_POOL, concurrency=8)
         s.ready(worker)
         s.feed([("stuck", "chat", "m-1", {"sleep": 3600})])
-        s.wait(lambda: any("WAKEFUL_RUN_TIME_LIMIT" in (r.error or "") for r in s.store.runs("stuck")),
+        s.wait(lambda: any("WAKEFUL_RUN_TIME_LIMIT" in (r.error or "") for r in s.store.operator.run_log("stuck")),
                "the stuck run ended at the time limit", timeout=60)
         s.feed([("stuck", "chat", "m-2", {"say": "after the stuck one"}), ("other", "chat", "m-1", {"say": "hi"})])
         s.wait(lambda: s.settled(["other"]) and any(e.status == "done" for e in s.store.events("stuck")),

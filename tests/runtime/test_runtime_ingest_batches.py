@@ -57,7 +57,7 @@ def test_waiting_messages_go_in_one_batch_and_a_bad_one_is_refused_alone(make_cl
     _held_until_received(c, release)
     c.wait(lambda: all(c.settled(f"b{i}", 6) for i in range(5)), "30 events stored once and run")
     assert sum(len(c.store.events(f"b{i}")) for i in range(5)) == 30
-    refused = [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"]
+    refused = [r for r in c.store.operator.rejections() if r.origin == "task:wakeful.ingest"]
     assert sorted(r.source_id for r in refused) == ["bad", "odd"]
     assert any("payload" in r.reason for r in refused) and any("sauce" in r.reason for r in refused)
     batches = c.wait(lambda: (b := _batches(c)) and sum(x["messages"] for x in b) == 33 and b,
@@ -138,7 +138,7 @@ def test_a_database_outage_during_a_batch_loses_nothing(make_cluster, pg_url) ->
     c.wait(lambda: all(c.settled(f"o{i}", 5) for i in range(2)), "every event stored and run", timeout=90)
     assert sorted(e.source_id for i in range(2) for e in c.store.events(f"o{i}")) == sorted(
         f"m-{n}" for n in range(10))
-    assert [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"] == []
+    assert [r for r in c.store.operator.rejections() if r.origin == "task:wakeful.ingest"] == []
 
 
 def _reached(log_path) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -166,7 +166,7 @@ def test_a_batch_that_raises_is_run_again_one_message_at_a_time(make_cluster, tm
     c.wait(lambda: all(c.settled(f"r{i}", 4) for i in range(2)), "every event stored and run", timeout=60)
     assert sorted(e.source_id for i in range(2) for e in c.store.events(f"r{i}")) == sorted(
         f"m-{n}" for n in range(8))
-    assert [r for r in c.store.rejections() if r.origin == "task:wakeful.ingest"] == []
+    assert [r for r in c.store.operator.rejections() if r.origin == "task:wakeful.ingest"] == []
     reached = _reached(log_path)
     raised = [n for n, r in enumerate(reached) if r["action"] == "raise"]
     assert len(raised) == 1 and reached[raised[0]]["messages"] > 1
@@ -183,7 +183,7 @@ def test_a_message_the_task_always_raises_on_is_sent_back_then_recorded(make_clu
     c = make_cluster(env={"WAKEFUL_FAULTS": "before_ingest_commit:raise", "WAKEFUL_FAULTS_LOG": str(log_path)})
     c.client.send_task("wakeful.ingest", kwargs={"inbox": "p", "source": "chat", "source_id": "last-try",
                                                   "payload": {}}, headers={"wakeful_ingest_failures": 3})
-    refused = c.wait(lambda: [r for r in c.store.rejections() if r.source_id == "last-try"],
+    refused = c.wait(lambda: [r for r in c.store.operator.rejections() if r.source_id == "last-try"],
                      "the fourth failure recorded", timeout=30)
     assert "raised on this message 4 times: FaultRaised" in refused[0].reason
     assert refused[0].origin == "task:wakeful.ingest" and refused[0].inbox == "p"
@@ -198,5 +198,5 @@ def test_a_message_the_task_always_raises_on_is_sent_back_then_recorded(make_clu
 
     time.sleep(2)  # within the 5 s countdown: it does not come back meanwhile
     assert len(_reached(log_path)) == before
-    assert [r.source_id for r in c.store.rejections() if r.inbox == "p"] == ["last-try"]
+    assert [r.source_id for r in c.store.operator.rejections() if r.inbox == "p"] == ["last-try"]
     assert c.store.events("p") == []

@@ -26,9 +26,9 @@ def test_an_agent_busy_for_four_leases_without_a_heartbeat_is_called_once(make_c
     c.wait(lambda: c.settled("uma", 1), "the slow run to finish", timeout=4 * ttl + 30)
     [event] = c.store.events("uma")
     assert (event.status, event.attempts) == ("done", 1)
-    [run] = c.store.runs("uma")
+    [run] = c.store.operator.run_log("uma")
     assert run.generation == 1 and run.outcome == "done"
-    assert c.store.counters()["lease_takeovers"] == 0
+    assert c.store.operator.counters()["lease_takeovers"] == 0
     assert len(c.store.outbox("uma")) == 1
 
 
@@ -60,9 +60,9 @@ def test_a_lost_finish_reply_strands_nothing(make_cluster, pg_url: str) -> None:
         assert dropper.fired.is_set()  # the reply really was lost
         assert [(e.source_id, e.status, e.attempts) for e in c.store.events("vic")] == [
             ("v-1", "done", 1), ("v-2", "done", 1)]
-        runs = c.store.runs("vic")
+        runs = c.store.operator.run_log("vic")
         assert [len(r.event_ids) for r in runs] == [1, 1] and {r.generation for r in runs} == {1}
         assert "retrying once" in worker.text()
-        assert c.store.counters()["lease_takeovers"] == 0
+        assert c.store.operator.counters()["lease_takeovers"] == 0
     finally:
         dropper.close()

@@ -27,7 +27,7 @@ def test_the_core_scenarios_run_through_pgbouncer(make_cluster, pg_url: str) -> 
         # a recurring timer
         c.ingest("cy", "chat", "t-0", {"text": "tick", "every": 1, "timer_id": "t", "silent": True})
         c.wait(lambda: c.settled("ann", 4) and c.settled("bo", 2), "the burst and the poison settled", timeout=60)
-        assert [len(r.event_ids) for r in c.store.runs("ann")] == [1, 3]
+        assert [len(r.event_ids) for r in c.store.operator.run_log("ann")] == [1, 3]
         assert {e.source_id: (e.status, e.attempts) for e in c.store.events("bo")} == {
             "p-1": ("dead", 3), "h-1": ("done", 2)}
         c.wait(lambda: len([e for e in c.store.events("cy") if e.source == "timer" and e.status == "done"]) >= 2,
@@ -40,6 +40,6 @@ def test_the_core_scenarios_run_through_pgbouncer(make_cluster, pg_url: str) -> 
         c.procs.kill(victim)
         c.wait(lambda: c.settled("dee", 1), "dee's event finished by the other worker", timeout=45)
         assert [(e.status, e.attempts) for e in c.store.events("dee")] == [("done", 2)]
-        assert c.store.counters()["lease_takeovers"] == 1
+        assert c.store.operator.counters()["lease_takeovers"] == 1
         database = c.store.engine.url.database
         assert 0 < server_connections(port, database) <= 10  # every process shares PgBouncer's pool

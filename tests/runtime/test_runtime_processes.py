@@ -57,7 +57,7 @@ def test_plain_client_send_task_stores_once_and_runs_once(make_cluster, tmp_path
                                  {"stored": False, "duplicate": True}]
     assert "payload must be a JSON object" in answer["bad"]["rejected"]
     assert "unexpected arguments: sauce" in answer["odd"]["rejected"]
-    reasons = [r.reason for r in c.store.rejections()]
+    reasons = [r.reason for r in c.store.operator.rejections()]
     assert any("payload must be a JSON object" in r for r in reasons)
     assert any("sauce" in r for r in reasons)
 
@@ -70,7 +70,7 @@ def test_plain_client_send_task_stores_once_and_runs_once(make_cluster, tmp_path
     assert len(events) == 2
     first = events[0]
     assert (first.status, first.attempts) == ("done", 1)
-    runs_with_first = [r for r in c.store.runs("alice") if first.id in r.event_ids]
+    runs_with_first = [r for r in c.store.operator.run_log("alice") if first.id in r.event_ids]
     assert len(runs_with_first) == 1 and runs_with_first[0].outcome == "done"
 
 
@@ -81,7 +81,7 @@ def test_burst_is_one_batch(make_cluster) -> None:
     for i, text in enumerate(["deploy it?", "actually wait", "ok go"], start=1):
         c.ingest("bob", "chat", f"m-{i}", {"text": text})
     c.wait(lambda: c.settled("bob", 4), "bob's four events")
-    runs = c.store.runs("bob")
+    runs = c.store.operator.run_log("bob")
     assert [len(r.event_ids) for r in runs] == [1, 3]
     assert all(r.outcome == "done" for r in runs)
     # One reply for the batch. (Two ingests in flight at once may commit in either order:
@@ -104,7 +104,7 @@ def test_poison_goes_dead_and_its_neighbour_is_done(make_cluster) -> None:
     assert (poison.status, poison.attempts) == ("dead", 3)
     assert "context overflow" in (poison.error or "")
     assert healthy.status == "done"
-    runs = c.store.runs("carol")
+    runs = c.store.operator.run_log("carol")
     with_poison = [r for r in runs if poison.id in r.event_ids]
     assert len(with_poison) == 3 and all(r.outcome == "error" for r in with_poison)
     assert all(r.event_ids == (poison.id,) for r in with_poison[1:])  # retried alone
@@ -229,12 +229,12 @@ def test_worker_killed_mid_run_another_worker_finishes_with_attempts_2(make_clus
     c.wait(lambda: c.settled("dave", 1), "dave's event finished by the other worker", timeout=45)
     [event] = c.store.events("dave")
     assert (event.status, event.attempts) == ("done", 2)
-    [run] = c.store.runs("dave")
+    [run] = c.store.operator.run_log("dave")
     assert run.generation > first_generation
     assert holder_pid(run.holder) != pid
     assert pgid_of(holder_pid(run.holder)) == survivor.pid
     assert len(c.store.outbox("dave")) == 1
-    assert c.store.counters()["lease_takeovers"] == 1  # counted on dave's own row
+    assert c.store.operator.counters()["lease_takeovers"] == 1  # counted on dave's own row
 
 
 def test_sweep_rings_lost_doorbells_and_extra_doorbells_cost_nothing(make_cluster) -> None:
@@ -251,8 +251,8 @@ def test_sweep_rings_lost_doorbells_and_extra_doorbells_cost_nothing(make_cluste
     c.wait(lambda: c.settled("rung", 2), "the sentinel done")
     [first, _] = c.store.events("rung")
     assert first.attempts == 1
-    assert len([r for r in c.store.runs("rung") if first.id in r.event_ids]) == 1
-    assert all(r.event_ids for r in c.store.runs("rung"))  # no empty runs were recorded
+    assert len([r for r in c.store.operator.run_log("rung") if first.id in r.event_ids]) == 1
+    assert all(r.event_ids for r in c.store.operator.run_log("rung"))  # no empty runs were recorded
 
     # Retention through the task: nothing is old enough to go, and on the embedded broker the
     # consumed messages kombu never deletes are pruned.
@@ -279,11 +279,11 @@ def test_a_paused_worker_that_wakes_after_a_takeover_changes_nothing(make_cluste
         c.wait(lambda: c.settled("hal", 1), "the other worker to take over and finish")
     finally:
         pause(signal.SIGCONT)
-    c.wait(lambda: c.store.counters()["stale_finishes_refused"] >= 1,
+    c.wait(lambda: c.store.operator.counters()["stale_finishes_refused"] >= 1,
            "the woken worker's finish to be refused")
     [event] = c.store.events("hal")
     assert (event.status, event.attempts) == ("done", 2)
-    [run] = c.store.runs("hal")  # one committed finish, by the new holder
+    [run] = c.store.operator.run_log("hal")  # one committed finish, by the new holder
     assert holder_pid(run.holder) != pid
     assert len(c.store.outbox("hal")) == 1  # one reply, not two
 
@@ -342,7 +342,7 @@ def test_a_busy_inbox_is_handed_back_after_the_bound_on_runs_per_task(make_clust
     for i in (1, 2, 3):
         c.ingest("lea", "chat", f"l-{i}", {"text": f"quick {i}"})
     c.wait(lambda: c.settled("lea", 4), "lea's events done")
-    runs = c.store.runs("lea")
+    runs = c.store.operator.run_log("lea")
     assert [len(r.event_ids) for r in runs] == [1, 3]
     # The first task stopped after its one run and handed the inbox back with work left;
     # a new task (a new holder, the next generation) took the batch.
@@ -390,4 +390,4 @@ def test_a_run_past_its_time_limit_fails_and_backs_off(make_cluster) -> None:
     # Ended by the runtime at the deadline (its lease keeper), or by Celery's soft limit in a
     # prefork worker, whichever comes first: both fail the run.
     assert "WAKEFUL_RUN_TIME_LIMIT" in event.error or "SoftTimeLimitExceeded" in event.error
-    assert [r.outcome for r in c.store.runs("pat")] == ["error"] * 2
+    assert [r.outcome for r in c.store.operator.run_log("pat")] == ["error"] * 2

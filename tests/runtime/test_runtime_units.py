@@ -14,6 +14,7 @@ import pytest
 
 from runtime_support import base_env
 from store import OutboxItem, OutgoingMessage, Store
+from store.worker import Runs
 from tasks.celeryconfig import celery_config
 from tasks.channels import load_channel
 from tasks.channels.log import JsonlChannel
@@ -214,8 +215,8 @@ def test_the_redis_guard_refuses_a_kombu_it_was_not_verified_against() -> None:
             redis_guard.check_version(unverified)
 
 
-class _CountingStore(Store):
-    """The real store, counting the keeper's statements."""
+class _CountingRuns(Runs):
+    """The real store's runs, counting the keeper's statements."""
 
     def renew_many(self, held, *, now=None):  # type: ignore[no-untyped-def]
         held = list(held)
@@ -226,7 +227,8 @@ class _CountingStore(Store):
 def _leases(db_url: str, *names: str):  # type: ignore[no-untyped-def]
     from tasks.runs import HeldLease
 
-    store = _CountingStore.connect(db_url, lease_ttl=60)
+    store = Store.connect(db_url, lease_ttl=60)
+    store.runs = _CountingRuns(store.transactions)
     far = time.monotonic() + 600
     return store, {n: HeldLease(store, n, "w", store.acquire(n, "w"), far) for n in names}
 
@@ -246,10 +248,10 @@ def test_the_lease_keeper_renews_every_held_run_in_one_statement_until_it_ends_i
     far = time.monotonic() + 600
     with keeper.holding(leases["a"], 0.15, far, "a"), keeper.holding(leases["b"], 0.15, far, "b") as b, \
             keeper.holding(leases["c"], 0.15, time.monotonic() + 0.2, "c", on_deadline=ended.set) as c:
-        wait_for(lambda: b.lost.is_set() and ended.is_set() and len(store.batches) >= 4, 10,
+        wait_for(lambda: b.lost.is_set() and ended.is_set() and len(store.runs.batches) >= 4, 10,
                  "b lost, c past its deadline, a renewed on")
         assert not b.heartbeat() and c.lost.is_set()  # lost for good
-        assert max(store.batches) == 3  # every run due at a tick: one statement
+        assert max(store.runs.batches) == 3  # every run due at a tick: one statement
         wait_for(lambda: [h.name for h in keeper._held.values()] == ["a"], 5, "only a held")
     wait_for(lambda: not keeper._held, 5, "nothing held once the runs ended")
     store.dispose()
@@ -267,7 +269,7 @@ def test_the_lease_keeper_wakes_for_a_run_due_before_its_own_next_wake_up(db_url
     with keeper.holding(leases["long"], 30, far, "long"):
         wait_for(lambda: keeper._next_wake > time.monotonic() + 5, 5, "the keeper asleep for the long lease")
     with keeper.holding(leases["short"], 0.15, far, "short"):
-        wait_for(lambda: len(getattr(store, "batches", [])) >= 3, 5,  # every 0.05 s, not after 10 s
+        wait_for(lambda: len(getattr(store.runs, "batches", [])) >= 3, 5,  # every 0.05 s, not after 10 s
                  "the short lease renewed three times")
     store.dispose()
 
@@ -287,7 +289,7 @@ def test_a_drainer_rings_for_help_only_once_it_has_drained_for_a_while(
     monkeypatch.setattr(doorbell, "ring_backlog", rung.append)
     monkeypatch.setattr(runs, "RECRUIT_AFTER", recruit_after)
     deadline = time.monotonic() + 600
-    with store.pinned():
+    with store.transactions.pinned():
         summary = runs._drain_backlog(store, lambda run: None, "W", deadline, runs.Drain(deadline, skip=[]))
     assert summary["inboxes"] == 6 and all(store.status(f"d{n}").holder is None for n in range(6))
     assert len(rung) == rings

@@ -19,10 +19,10 @@ H = 3600
 
 def test_an_answer_before_the_deadline_stands_and_a_second_tap_is_told_so(store: Store) -> None:
     store.request_approval("a", "r1", "refund order 1", 4 * H, now=T)
-    assert [a.request_id for a in store.approvals("a")] == ["r1"]
+    assert [a.request_id for a in store.approvals.view("a")] == ["r1"]
     assert store.answer_approval("a", "r1", "no", now=T + H) == "no"
     assert store.answer_approval("a", "r1", "yes", now=T + 2 * H) == "no"
-    assert store.approvals("a") == []  # answered: no longer pending
+    assert store.approvals.view("a") == []  # answered: no longer pending
     [answer] = store.events("a")
     assert (answer.source, answer.source_id, answer.payload) == (
         "approval", "r1", {"approval": "r1", "answer": "no", "action": "refund order 1"})
@@ -101,18 +101,18 @@ def test_gaps_are_per_inbox(store: Store) -> None:
     write(store, "b", T, "to b")
     assert store.dispatch("a", sent.append, now=T) == 1
     assert store.dispatch("b", sent.append, now=T) == 1
-    assert store.outbox_due(now=T) == []
+    assert store.outgoing.due(now=T) == []
 
 
 def test_outbox_due_lists_the_inboxes_a_dispatch_would_send(store: Store) -> None:
     write(store, "a", T, "first")
     write(store, "b", T, "first")
-    assert store.outbox_due(now=T) == ["a", "b"]
+    assert store.outgoing.due(now=T) == ["a", "b"]
     store.dispatch("a", lambda m: None, now=T)
     write(store, "a", T + 1, "second")
-    assert store.outbox_due(now=T + 1) == ["b"]
+    assert store.outgoing.due(now=T + 1) == ["b"]
     write(store, "a", T + 2, Message("urgent", urgent=True))
-    assert store.outbox_due(now=T + 2) == ["a", "b"]
+    assert store.outgoing.due(now=T + 2) == ["a", "b"]
 
 
 def test_a_send_that_raises_is_retried_with_the_same_key(store: Store) -> None:
@@ -139,7 +139,7 @@ def test_a_dispatch_of_many_inboxes_holds_again_only_the_failing_receivers_messa
             raise ConnectionError("b's receiver is down")
         sent.append(message)
 
-    done = store.dispatch_many(["c", "b", "a", "a"], send, now=T)
+    done = store.outgoing.dispatch_many(["c", "b", "a", "a"], send, now=T)
     assert (done.sent, sorted(done.failed)) == (2, ["b"])
     assert isinstance(done.failed["b"], ConnectionError)
     assert [(m.inbox, m.body) for m in sent] == [("a", "hello a"), ("c", "hello c")]
@@ -147,7 +147,7 @@ def test_a_dispatch_of_many_inboxes_holds_again_only_the_failing_receivers_messa
     [held] = store.outbox("b")
     assert store.dispatch("b", sent.append, now=T + 1) == 1  # at once, under the key it was claimed with
     assert sent[-1].key == held.dispatch_key and store.outbox("b")[0].sent_at == T + 1
-    assert store.dispatch_many("abc", sent.append, now=T + 2).sent == 0  # nothing sent twice
+    assert store.outgoing.dispatch_many("abc", sent.append, now=T + 2).sent == 0  # nothing sent twice
 
 
 def test_at_most_once_a_failed_send_of_many_inboxes_is_lost_and_the_others_go(store: Store) -> None:
@@ -161,10 +161,10 @@ def test_at_most_once_a_failed_send_of_many_inboxes_is_lost_and_the_others_go(st
         sent.append(message.inbox)
 
     send.delivery = AT_MOST_ONCE  # type: ignore[attr-defined]
-    done = store.dispatch_many(["a", "b"], send, now=T)
+    done = store.outgoing.dispatch_many(["a", "b"], send, now=T)
     assert (done.sent, list(done.failed), sent) == (1, ["a"], ["b"])
     assert [r.sent_at for inbox in "ab" for r in store.outbox(inbox)] == [T, T]  # a's never again
-    assert store.dispatch_many(["a", "b"], send, now=T + 10 * H).sent == 0
+    assert store.outgoing.dispatch_many(["a", "b"], send, now=T + 10 * H).sent == 0
 
 
 def test_a_dispatch_of_many_inboxes_commits_twice_per_hundred_not_per_inbox(store: Store) -> None:
@@ -174,7 +174,7 @@ def test_a_dispatch_of_many_inboxes_commits_twice_per_hundred_not_per_inbox(stor
     commits: list[int] = []
     event.listen(store.engine, "commit", lambda conn: commits.append(1))
     sent: list[str] = []
-    assert store.dispatch_many(inboxes, lambda m: sent.append(m.inbox), now=T).sent == 250
+    assert store.outgoing.dispatch_many(inboxes, lambda m: sent.append(m.inbox), now=T).sent == 250
     assert sorted(sent) == inboxes
     assert len(commits) == 6  # a claim and a mark for each of 100, 100 and 50 inboxes
 

@@ -104,10 +104,10 @@ def test_eight_workers_with_stalls_past_the_ttl_finish_every_event_exactly_once(
     assert refused, "no stale finish happened: the test did not exercise fencing"
     assert len(store.outbox(inbox)) == len(accepted)  # messages only from accepted completions
     holders_per_generation: dict[int, set[str]] = {}
-    for run in store.runs(inbox, limit=100_000):
+    for run in store.operator.run_log(inbox, limit=100_000):
         holders_per_generation.setdefault(run.generation, set()).add(run.holder)
     assert {g: h for g, h in holders_per_generation.items() if len(h) > 1} == {}
-    assert store.counters()["stale_finishes_refused"] == len(refused)
+    assert store.operator.counters()["stale_finishes_refused"] == len(refused)
 
 
 def test_eight_threads_ingesting_one_key_store_one_row(pg_store) -> None:  # type: ignore[no-untyped-def]
@@ -195,7 +195,7 @@ def test_a_stuck_transaction_on_an_inbox_makes_acquire_say_held_not_wait(pg_stor
     with store.engine.connect() as paused:
         paused.execute(text("SELECT 1 FROM inboxes WHERE inbox = 'stuck' FOR UPDATE"))
         assert store.acquire("stuck", "B") is None
-        assert store.start_run("stuck", "B").generation is None
+        assert store.runs.start("stuck", "B").generation is None
         assert store.acquire("other", "B") == 1  # other inboxes never wait on this one
     assert store.renew("stuck", "A", 1) is True  # the lock is gone with the transaction
 
@@ -221,27 +221,27 @@ def test_a_pinned_connection_lost_mid_task_is_replaced_at_the_next_call(pg_store
 
     store = pg_store()
     store.ingest("a", "chat", "m-1", {})
-    with store.pinned():
-        start = store.start_run("a", "A")
+    with store.transactions.pinned():
+        start = store.runs.start("a", "A")
         cut_connections(store)
         with pytest.raises(DBAPIError):
-            store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
-        step = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+            store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+        step = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
     assert step.finished and step.released
 
 
 def test_a_pinned_connection_idle_past_the_threshold_is_checked_again(pg_store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """After an agent's long step the next call checks a connection out again (pre-ping
     included): a restart during the step costs nothing."""
-    import store.store
+    import store.transactions
 
-    monkeypatch.setattr(store.store, "PINNED_IDLE_SECONDS", 0.0)
+    monkeypatch.setattr(store.transactions, "PINNED_IDLE_SECONDS", 0.0)
     s = pg_store()
     s.ingest("a", "chat", "m-1", {})
-    with s.pinned():
-        start = s.start_run("a", "A")
+    with s.transactions.pinned():
+        start = s.runs.start("a", "A")
         cut_connections(s)
-        step = s.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+        step = s.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
     assert step.finished and step.released
 
 
@@ -279,29 +279,28 @@ def test_takeovers_of_different_inboxes_never_wait_for_each_other(pg_store) -> N
     still open, a takeover of another inbox goes through (a shared counters row would make it
     wait for that lock, and give up after lock_timeout with None)."""
     from store import runs
-    from store.db import transaction
 
     store = pg_store(lock_timeout=1)
     for inbox in ("a", "b"):
         assert store.acquire(inbox, "W0", now=T) == 1
-    with transaction(store.engine) as conn:
+    with store.transactions.transaction() as conn:
         got = runs.acquire(conn, store.settings, "a", "W1", T + 1000)  # open, uncommitted
         assert got.took_over and got.generation == 2
         assert store.acquire("b", "W2", now=T + 1000) == 2
-    assert store.counters()["lease_takeovers"] == 2
+    assert store.operator.counters()["lease_takeovers"] == 2
 
 
 def test_takers_of_the_backlog_never_take_one_inbox_twice(pg_store) -> None:  # type: ignore[no-untyped-def]
     """Eight workers drain 60 inboxes straight from the database at once: each inbox is taken
     by exactly one of them, every event done once, none left behind."""
     store = pg_store()
-    store.ingest_many([(f"i{n}", "chat", f"m-{n}", {"n": n}) for n in range(60)])
+    store.intake.ingest_many([(f"i{n}", "chat", f"m-{n}", {"n": n}) for n in range(60)])
     taken: list[tuple[str, int]] = []
     lock = threading.Lock()
 
     def drain(i: int) -> None:
         while True:
-            got = store.start_next_run(f"W{i}")
+            got = store.runs.start_next(f"W{i}")
             if got is None:
                 if not any(e.status == "pending" for n in range(60) for e in store.events(f"i{n}")):
                     return
@@ -309,8 +308,8 @@ def test_takers_of_the_backlog_never_take_one_inbox_twice(pg_store) -> None:  # 
             inbox, start = got
             with lock:
                 taken.append((inbox, start.generation))
-            step = store.finish_and_claim(inbox, f"W{i}", start.generation, [e.id for e in start.events],
-                                          Outcome(messages=["ok"]))
+            step = store.runs.finish_and_claim(inbox, f"W{i}", start.generation, [e.id for e in start.events],
+                                               Outcome(messages=["ok"]))
             assert step.finished and step.released
 
     race(8, drain)
@@ -324,7 +323,7 @@ def test_takers_racing_through_a_backlog_give_up_only_when_nothing_is_left_to_ta
     which ended those drains with the backlog still full (left to the sweep)."""
     store = pg_store()
     takers, total = 12, 400  # as many as the pool has connections
-    store.ingest_many([(f"b{n}", "chat", "1", {"n": n}) for n in range(total)])
+    store.intake.ingest_many([(f"b{n}", "chat", "1", {"n": n}) for n in range(total)])
     ready_unheld = sql.text(
         "SELECT count(DISTINCT e.inbox) FROM events e WHERE e.status = 'pending' AND NOT EXISTS "
         "(SELECT 1 FROM inboxes i WHERE i.inbox = e.inbox AND i.lease_until >= "
@@ -333,7 +332,7 @@ def test_takers_racing_through_a_backlog_give_up_only_when_nothing_is_left_to_ta
     left_when_giving_up: list[int] = []
 
     def take(i: int) -> None:
-        while (got := store.start_next_run(f"T{i}")) is not None:
+        while (got := store.runs.start_next(f"T{i}")) is not None:
             taken.append(got[0])
         with store.engine.connect() as conn:
             left_when_giving_up.append(conn.execute(ready_unheld).scalar_one())

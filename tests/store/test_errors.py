@@ -15,13 +15,13 @@ T = 1_000_000
 def test_constraint_errors_are_mapped_by_constraint_name(store: Store) -> None:
     store.ingest("a", "chat", "m-1", {"text": "hi"}, now=T)
     with pytest.raises(InvalidEvent, match=r"stored already \(constraint uq_events_key\)"):
-        with store._transaction() as conn:
+        with store.transactions.transaction() as conn:
             conn.execute(insert(events).values(inbox="a", source="chat", source_id="m-1", created=T))
     with pytest.raises(InvalidEvent, match=r"\(constraint ck_events_status_known\)"):
-        with store._transaction() as conn:
+        with store.transactions.transaction() as conn:
             conn.execute(update(events).values(status="lost"))
     with pytest.raises(InvalidTimer, match=r"\(constraint ck_timers_every_positive\)"):
-        with store._transaction() as conn:
+        with store.transactions.transaction() as conn:
             conn.execute(insert(timers).values(inbox="a", timer_id="t", due=T, every=0, payload={},
                                                misfire="coalesce", done=False))
     assert [e.status for e in store.events("a")] == ["pending"]  # each rolled back whole
@@ -30,7 +30,7 @@ def test_constraint_errors_are_mapped_by_constraint_name(store: Store) -> None:
 
 def test_an_unknown_constraint_is_left_as_it_was_raised(store: Store) -> None:
     with pytest.raises(IntegrityError):
-        with store._transaction() as conn:
+        with store.transactions.transaction() as conn:
             conn.execute(insert(events).values(inbox="a", source="chat", source_id=None, created=T))
 
 
@@ -56,8 +56,8 @@ def test_statuses_are_enums_equal_to_the_strings_stored(store: Store) -> None:
     from store import EventStatus, RunEnd
 
     store.ingest("a", "chat", "m-1", {"text": "hi"}, now=T)
-    start = store.start_run("a", "W", now=T)
+    start = store.runs.start("a", "W", now=T)
     assert [e.status for e in start.events] == [EventStatus.RUNNING]
     store.finish("a", "W", start.generation, [e.id for e in start.events], now=T)
     assert [e.status for e in store.events("a", status=EventStatus.DONE)] == ["done"]
-    assert [r.outcome for r in store.runs("a")] == [RunEnd.DONE]
+    assert [r.outcome for r in store.operator.run_log("a")] == [RunEnd.DONE]

@@ -101,9 +101,9 @@ def test_unknown_settings_are_refused() -> None:
 def test_ingest_many_stores_a_batch_once(store: Store) -> None:
     store.ingest("a", "chat", "m-0", {}, now=T)
     items = [("a", "chat", f"m-{n}", {"n": n}) for n in range(5)] + [("b", "chat", "m-0", {}), ("a", "chat", "m-4", {})]
-    assert store.ingest_many(items, now=T) == [False, True, True, True, True, True, False]
+    assert store.intake.ingest_many(items, now=T) == [False, True, True, True, True, True, False]
     assert [e.source_id for e in store.events("a")] == [f"m-{n}" for n in range(5)]
-    assert store.ingest_many([], now=T) == []
+    assert store.intake.ingest_many([], now=T) == []
 
 
 def test_ingest_many_takes_a_batch_past_the_engines_parameter_limits(store: Store) -> None:
@@ -112,7 +112,7 @@ def test_ingest_many_takes_a_batch_past_the_engines_parameter_limits(store: Stor
     across chunks is stored once, at its first copy."""
     items = [(f"i-{n % 50}", "bulk", f"k-{n}", {"n": n}) for n in range(20_000)]
     items.append(("i-0", "bulk", "k-0", {"copy": True}))
-    stored = store.ingest_many(items, now=T)
+    stored = store.intake.ingest_many(items, now=T)
     assert stored == [True] * 20_000 + [False]
     assert len(store.events("i-7")) == 400
 
@@ -120,7 +120,7 @@ def test_ingest_many_takes_a_batch_past_the_engines_parameter_limits(store: Stor
 def test_ingest_many_refuses_the_whole_batch_for_one_bad_item(store: Store) -> None:
     items = [("a", "chat", "m-1", {}), ("a", "chat", "m-2", ["not", "an", "object"])]
     with pytest.raises(InvalidEvent, match="item 1: payload must be a JSON object, got list"):
-        store.ingest_many(items, now=T)
+        store.intake.ingest_many(items, now=T)
     with pytest.raises(InvalidEvent, match="item 0:"):
-        store.ingest_many([("a", "chat")], now=T)  # type: ignore[list-item]
+        store.intake.ingest_many([("a", "chat")], now=T)  # type: ignore[list-item]
     assert store.events("a") == []

@@ -156,7 +156,7 @@ def test_rows_an_older_generation_left_running_are_recovered_by_the_next_claim(s
     [retried] = store.claim("a", "W1", gen2, now=T + TTL + 1)
     assert (retried.source_id, retried.attempts, retried.claim_gen) == ("m-1", 2, gen2)
     assert statuses(store, "a") == {"m-1": ("running", 2), "m-2": ("pending", 1)}
-    assert store.counters()["lease_takeovers"] == 1
+    assert store.operator.counters()["lease_takeovers"] == 1
 
 
 def test_rows_left_running_are_recovered_after_a_release_too(store: Store) -> None:
@@ -189,27 +189,27 @@ def test_a_retried_finish_and_claim_gets_the_batch_its_lost_reply_carried(store:
     nothing to finish and must neither resign nor strand m-2: it returns m-2 as claimed, with
     no second attempt, and the lease stays with its holder."""
     fill(store, "a", "m-1")
-    start = store.start_run("a", "A", now=T)
+    start = store.runs.start("a", "A", now=T)
     fill(store, "a", "m-2", now=T + 1)
     ids = [e.id for e in start.events]
-    first = store.finish_and_claim("a", "A", start.generation, ids, Outcome(messages=["one"]), now=T + 2)
-    retry = store.finish_and_claim("a", "A", start.generation, ids, Outcome(messages=["one"]), now=T + 3)
+    first = store.runs.finish_and_claim("a", "A", start.generation, ids, Outcome(messages=["one"]), now=T + 2)
+    retry = store.runs.finish_and_claim("a", "A", start.generation, ids, Outcome(messages=["one"]), now=T + 3)
     assert [e.id for e in retry.events] == [e.id for e in first.events]
     assert (retry.finished, retry.released) == (True, False)
     assert statuses(store, "a") == {"m-1": ("done", 1), "m-2": ("running", 1)}
-    assert [m.body for m in store.outbox("a")] == ["one"] and len(store.runs("a")) == 1
+    assert [m.body for m in store.outbox("a")] == ["one"] and len(store.operator.run_log("a")) == 1
     assert store.acquire("a", "B", now=T + 3) is None  # still held
-    last = store.finish_and_claim("a", "A", start.generation, [e.id for e in retry.events], now=T + 4)
+    last = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in retry.events], now=T + 4)
     assert last.finished and last.released and statuses(store, "a")["m-2"] == ("done", 1)
 
 
 def test_a_retried_finish_and_claim_with_nothing_claimed_after_it_resigns(store: Store) -> None:
     fill(store, "a", "m-1")
-    start = store.start_run("a", "A", now=T)
+    start = store.runs.start("a", "A", now=T)
     ids = [e.id for e in start.events]
-    assert store.finish_and_claim("a", "A", start.generation, ids, now=T + 1).released
+    assert store.runs.finish_and_claim("a", "A", start.generation, ids, now=T + 1).released
     # The retry of a call that released: the lease is gone, so it is fenced and writes nothing.
-    assert store.finish_and_claim("a", "A", start.generation, ids, now=T + 1) == RunStep(False, [], False)
+    assert store.runs.finish_and_claim("a", "A", start.generation, ids, now=T + 1) == RunStep(False, [], False)
 
 
 # -- finish -----------------------------------------------------------------------------------
@@ -237,13 +237,13 @@ def test_finish_applies_the_whole_outcome_in_one_transaction(store: Store) -> No
     assert timers["follow-up"].due == T + 600
     assert timers["approval:refund-1"].due == T + 3600
     assert timers["daily"].cron == "0 9 * * *" and timers["daily"].due > T
-    assert store.approvals("a")[0].request_id == "refund-1"
-    assert store.memory("a") == {"name": "Alice", "prefs": {"tone": "short"}}
-    [run] = store.runs("a")
+    assert store.approvals.view("a")[0].request_id == "refund-1"
+    assert store.runs.memory("a") == {"name": "Alice", "prefs": {"tone": "short"}}
+    [run] = store.operator.run_log("a")
     assert (run.holder, run.generation, run.outcome, len(run.event_ids)) == ("A", 1, "done", 1)
     fill(store, "a", "m-2", now=T + 1)
     run_once(store, "a", "A", T + 1, Outcome(memory={"name": None, "prefs": {"tone": "long"}}))
-    assert store.memory("a") == {"prefs": {"tone": "long"}}
+    assert store.runs.memory("a") == {"prefs": {"tone": "long"}}
 
 
 def test_a_run_gets_the_memory_with_its_batch(store: Store) -> None:
@@ -252,13 +252,13 @@ def test_a_run_gets_the_memory_with_its_batch(store: Store) -> None:
     fill(store, "a", "m-1")
     run_once(store, "a", "A", T, Outcome(memory={"name": "Alice"}))
     fill(store, "a", "m-2", "m-3", now=T + 1)
-    start = store.start_run("a", "A", now=T + 1)  # run_once kept the lease: a renewal
+    start = store.runs.start("a", "A", now=T + 1)  # run_once kept the lease: a renewal
     assert [e.source_id for e in start.events] == ["m-2", "m-3"] and start.memory == {"name": "Alice"}
     fill(store, "a", "m-4", now=T + 2)
-    step = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events],
-                                  Outcome(memory={"name": None, "tone": "short"}), now=T + 2)
+    step = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events],
+                                       Outcome(memory={"name": None, "tone": "short"}), now=T + 2)
     assert [e.source_id for e in step.events] == ["m-4"] and step.memory == {"tone": "short"}
-    last = store.finish_and_claim("a", "A", start.generation, [e.id for e in step.events], now=T + 3)
+    last = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in step.events], now=T + 3)
     assert last.released and last.memory == {}  # no batch, no read
 
 
@@ -271,11 +271,11 @@ def test_a_fenced_finish_writes_nothing(store: Store) -> None:
     everything = Outcome(messages=["late"], approvals=[ApprovalRequest("r", "x", 60)],
                          timers=[Timer("t", {}, after=5)], memory={"k": 1})
     assert store.finish("a", "A", gen_a, [e.id for e in stale], everything, now=T + TTL + 2) is False
-    assert store.outbox("a") == [] and store.timers("a") == [] and store.memory("a") == {}
-    assert store.approvals("a") == [] and store.runs("a") == []
+    assert store.outbox("a") == [] and store.timers("a") == [] and store.runs.memory("a") == {}
+    assert store.approvals.view("a") == [] and store.operator.run_log("a") == []
     assert statuses(store, "a") == {"m-1": ("running", 2)}
-    assert store.counters()["stale_finishes_refused"] == 1
-    assert store.counters()["lease_takeovers"] == 1
+    assert store.operator.counters()["stale_finishes_refused"] == 1
+    assert store.operator.counters()["lease_takeovers"] == 1
 
 
 @pytest.mark.parametrize("finish", ["finish", "finish_and_claim"])
@@ -284,20 +284,21 @@ def test_a_finish_past_its_lease_is_refused_though_nobody_took_over(store: Store
     its generation, so only the lease check (in the same statement as the done-marking, on
     PostgreSQL) stands between a stalled worker and a late finish."""
     fill(store, "a", "m-1")
-    start = store.start_run("a", "A", now=T)
+    start = store.runs.start("a", "A", now=T)
     ids = [e.id for e in start.events]
-    late = getattr(store, finish)("a", "A", start.generation, ids, Outcome(messages=["late"]), now=T + TTL + 1)
+    finishing = store.finish if finish == "finish" else store.runs.finish_and_claim
+    late = finishing("a", "A", start.generation, ids, Outcome(messages=["late"]), now=T + TTL + 1)
     assert (late if finish == "finish" else late.finished) is False
-    assert store.outbox("a") == [] and store.runs("a") == []
+    assert store.outbox("a") == [] and store.operator.run_log("a") == []
     assert statuses(store, "a") == {"m-1": ("running", 1)}
-    assert store.counters()["stale_finishes_refused"] == 1
+    assert store.operator.counters()["stale_finishes_refused"] == 1
     # The same holder back with a new generation: the old generation's finish is refused too.
-    again = store.start_run("a", "A", now=T + TTL + 2)
+    again = store.runs.start("a", "A", now=T + TTL + 2)
     assert again.generation == start.generation + 1
-    late = getattr(store, finish)("a", "A", start.generation, ids, now=T + TTL + 3)
+    late = finishing("a", "A", start.generation, ids, now=T + TTL + 3)
     assert (late if finish == "finish" else late.finished) is False
     assert statuses(store, "a") == {"m-1": ("running", 2)}
-    assert store.counters()["stale_finishes_refused"] == 2
+    assert store.operator.counters()["stale_finishes_refused"] == 2
 
 
 def test_a_retried_finish_is_refused_and_writes_nothing_twice(store: Store) -> None:
@@ -335,7 +336,7 @@ def test_an_error_backs_off_exponentially_then_parks_dead(make_store) -> None:  
     [dead] = store.dead("a")
     assert (dead.attempts, dead.error) == (4, "boom again")
     assert store.outbox("a") == []  # a failed run says nothing
-    assert [r.outcome for r in store.runs("a")] == ["error"] * 4
+    assert [r.outcome for r in store.operator.run_log("a")] == ["error"] * 4
 
 
 def test_a_backing_off_event_does_not_block_fresh_ones(make_store) -> None:  # type: ignore[no-untyped-def]
@@ -373,10 +374,10 @@ def count_commits(store: Store) -> list[int]:
 def test_a_wake_with_one_batch_costs_two_commits(store: Store) -> None:
     fill(store, "a", "m-1", "m-2")
     commits = count_commits(store)
-    start = store.start_run("a", "A", now=T)
+    start = store.runs.start("a", "A", now=T)
     gen, batch = start.generation, start.events
     assert gen == 1 and [e.source_id for e in batch] == ["m-1", "m-2"] and start.memory == {}
-    step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], Outcome(messages=["ok"]), now=T + 1)
+    step = store.runs.finish_and_claim("a", "A", gen, [e.id for e in batch], Outcome(messages=["ok"]), now=T + 1)
     assert (step.finished, step.events, step.released) == (True, [], True)
     assert commits[0] == 2
     assert statuses(store, "a") == {"m-1": ("done", 1), "m-2": ("done", 1)}
@@ -389,34 +390,34 @@ def test_a_pinned_block_checks_out_one_connection(store: Store) -> None:
     checkouts = [0]
     event.listen(store.engine.pool, "checkout", lambda *a: checkouts.__setitem__(0, checkouts[0] + 1))
     store.ingest("a", "chat", "m-1", {})
-    with store.pinned():
-        start = store.start_run("a", "A")
-        with store.pinned():  # nested: the same connection
-            step = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
+    with store.transactions.pinned():
+        start = store.runs.start("a", "A")
+        with store.transactions.pinned():  # nested: the same connection
+            step = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events])
     assert step.finished and step.released
     assert checkouts[0] == 2  # the ingest's, then the pinned block's
 
 
 def test_a_pinned_block_holds_no_connection_while_the_agent_works(store: Store) -> None:
     store.ingest("a", "chat", "m-1", {})
-    with store.pinned():
-        start = store.start_run("a", "A")
+    with store.transactions.pinned():
+        start = store.runs.start("a", "A")
         assert store.engine.pool.checkedout() == 1
-        with store.unpinned():  # the agent's run: seconds of waiting
+        with store.transactions.unpinned():  # the agent's run: seconds of waiting
             assert store.engine.pool.checkedout() == 0
             assert store.renew("a", "A", start.generation)  # a heartbeat checks one out and back
             assert store.engine.pool.checkedout() == 0
         assert store.engine.pool.checkedout() == 1  # pinned again for the finish
-        assert store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events]).finished
+        assert store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events]).finished
     assert store.engine.pool.checkedout() == 0
 
 
 def test_finish_and_claim_hands_back_the_next_batch_with_a_fresh_lease(store: Store) -> None:
     fill(store, "a", "m-1")
-    start = store.start_run("a", "A", now=T)
+    start = store.runs.start("a", "A", now=T)
     gen, batch = start.generation, start.events
     fill(store, "a", "m-2", now=T + 100)
-    step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], now=T + 100)
+    step = store.runs.finish_and_claim("a", "A", gen, [e.id for e in batch], now=T + 100)
     assert step.finished and not step.released
     assert [(e.source_id, e.claim_gen) for e in step.events] == [("m-2", gen)]
     assert store.acquire("a", "B", now=T + 100 + TTL) is None  # extended from T + 100
@@ -426,13 +427,13 @@ def test_finish_and_claim_logs_each_run_it_finishes(store: Store) -> None:
     """The run log (the checker's proof that runs never overlapped) gets one row per
     committed finish, whether the lease is then extended, released, or the run failed."""
     fill(store, "a", "m-1")
-    start = store.start_run("a", "A", now=T)
+    start = store.runs.start("a", "A", now=T)
     fill(store, "a", "m-2", now=T + 5)
-    first = store.finish_and_claim("a", "A", start.generation, [e.id for e in start.events], now=T + 10)
-    second = store.finish_and_claim("a", "A", start.generation, [e.id for e in first.events],
-                                    error="boom", now=T + 20)
+    first = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in start.events], now=T + 10)
+    second = store.runs.finish_and_claim("a", "A", start.generation, [e.id for e in first.events],
+                                         error="boom", now=T + 20)
     assert not first.released and second.released
-    log = sorted(store.runs("a"), key=lambda r: r.id)
+    log = sorted(store.operator.run_log("a"), key=lambda r: r.id)
     ids = [e.id for e in start.events], [e.id for e in first.events]
     assert [(r.generation, r.holder, r.started, r.finished, r.outcome, list(r.event_ids), r.error)
             for r in log] == [(start.generation, "A", T, T + 10, "done", ids[0], None),
@@ -442,16 +443,16 @@ def test_finish_and_claim_logs_each_run_it_finishes(store: Store) -> None:
 def test_start_run_refuses_while_another_holds_the_lease(store: Store) -> None:
     fill(store, "a", "m-1")
     store.acquire("a", "A", now=T)
-    assert store.start_run("a", "B", now=T + 1) == RunStart(None, [], {})
+    assert store.runs.start("a", "B", now=T + 1) == RunStart(None, [], {})
     assert statuses(store, "a") == {"m-1": ("pending", 0)}
 
 
 def test_finish_and_claim_is_fenced(store: Store) -> None:
     fill(store, "a", "m-1")
-    start = store.start_run("a", "A", now=T)
+    start = store.runs.start("a", "A", now=T)
     gen, batch = start.generation, start.events
-    store.start_run("a", "B", now=T + TTL + 1)
-    step = store.finish_and_claim("a", "A", gen, [e.id for e in batch], Outcome(messages=["late"]), now=T + TTL + 2)
+    store.runs.start("a", "B", now=T + TTL + 1)
+    step = store.runs.finish_and_claim("a", "A", gen, [e.id for e in batch], Outcome(messages=["late"]), now=T + TTL + 2)
     assert (step.finished, step.events, step.released) == (False, [], False)
     assert store.outbox("a") == []
     assert store.acquire("a", "A", now=T + TTL + 3) is None  # B still holds it
@@ -469,10 +470,10 @@ def test_a_forced_release_hands_a_busy_inbox_back(store: Store) -> None:
 def test_renew_many_extends_the_live_leases_it_names_in_one_statement(store: Store) -> None:
     gens = {name: store.acquire(name, "A", now=T) for name in ("a", "b", "c")}
     assert store.acquire("c", "B", now=T + TTL + 1) == gens["c"] + 1  # c was taken over
-    renewed = store.renew_many([("a", "A", gens["a"]), ("b", "A", gens["b"] + 5), ("c", "A", gens["c"])],
-                               now=T + 10)
+    renewed = store.runs.renew_many([("a", "A", gens["a"]), ("b", "A", gens["b"] + 5), ("c", "A", gens["c"])],
+                                    now=T + 10)
     assert renewed == {("a", "A", gens["a"])}  # b: not that generation; c: not that holder
     assert store.acquire("a", "B", now=T + 10 + TTL) is None  # a full lease from the renewal
     assert store.acquire("a", "B", now=T + 10 + TTL + 1) == gens["a"] + 1
-    assert store.renew_many([("a", "A", gens["a"])], now=T + 10 + TTL + 2) == set()  # lost
-    assert store.renew_many([]) == set()
+    assert store.runs.renew_many([("a", "A", gens["a"])], now=T + 10 + TTL + 2) == set()  # lost
+    assert store.runs.renew_many([]) == set()

@@ -8,7 +8,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 from store import Store
-from store.db import clock, transaction
+from store.db import clock
 from store.migrate import config
 from store.tables import metadata
 
@@ -31,7 +31,7 @@ def test_postgres_clock_is_the_real_time_not_the_transaction_start(pg_url: str) 
     """now=None reads clock_timestamp(): a lease judged on now() would freeze inside a transaction."""
     store = Store.connect(pg_url)
     try:
-        with transaction(store.engine) as conn:
+        with store.transactions.transaction() as conn:
             first = clock(conn, None)
             conn.execute(text("SELECT pg_sleep(1.1)"))
             assert clock(conn, None) > first
@@ -42,11 +42,11 @@ def test_postgres_clock_is_the_real_time_not_the_transaction_start(pg_url: str) 
 def test_events_are_vacuumed_and_analyzed_sooner_than_postgres_default(pg_url: str) -> None:
     store = Store.connect(pg_url)
     try:
-        with transaction(store.engine) as conn:
+        with store.transactions.transaction() as conn:
             options = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'events'")).scalar()
         assert set(options) == {"autovacuum_vacuum_scale_factor=0.05", "autovacuum_analyze_scale_factor=0.02"}
         command.downgrade(config(store.engine), "0001")
-        with transaction(store.engine) as conn:
+        with store.transactions.transaction() as conn:
             assert conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'events'")).scalar() is None
     finally:
         store.dispose()

@@ -57,8 +57,8 @@ def test_sweep_finds_inboxes_with_work_and_no_live_lease(store: Store) -> None:
     store.ingest("crashed", "chat", "m", {}, now=T)
     gen = store.acquire("crashed", "W", now=T)
     store.claim("crashed", "W", gen, now=T)
-    assert store.sweep_candidates(now=T + 1) == ["lost-doorbell"]
-    assert store.sweep_candidates(now=T + TTL + 1) == ["lost-doorbell", "busy", "crashed"]
+    assert store.runs.sweep_candidates(now=T + 1) == ["lost-doorbell"]
+    assert store.runs.sweep_candidates(now=T + TTL + 1) == ["lost-doorbell", "busy", "crashed"]
 
 
 def test_sweep_waits_for_a_backoff(make_store) -> None:  # type: ignore[no-untyped-def]
@@ -68,8 +68,8 @@ def test_sweep_waits_for_a_backoff(make_store) -> None:  # type: ignore[no-untyp
     [event] = store.claim("a", "W", gen, now=T)
     store.finish("a", "W", gen, [event.id], error="boom", now=T)
     store.release("a", "W", gen, now=T)
-    assert store.sweep_candidates(now=T + 29) == []
-    assert store.sweep_candidates(now=T + 30) == ["a"]
+    assert store.runs.sweep_candidates(now=T + 29) == []
+    assert store.runs.sweep_candidates(now=T + 30) == ["a"]
 
 
 def test_purge_drops_payloads_but_keeps_keys_for_the_dedupe_window(make_store) -> None:  # type: ignore[no-untyped-def]
@@ -79,7 +79,7 @@ def test_purge_drops_payloads_but_keeps_keys_for_the_dedupe_window(make_store) -
     batch = store.claim("a", "W", gen, now=T)
     store.finish("a", "W", gen, [e.id for e in batch], Outcome(messages=["paid"]), now=T)
     store.dispatch("a", lambda m: None, now=T)
-    store.record_rejection("task", "bad", now=T)
+    store.operator.record_rejection("task", "bad", now=T)
     store.ingest("a", "chat", "fresh", {"text": "keep me"}, now=T + 2 * DAY)
 
     counts = store.purge(older_than=DAY, now=T + 2 * DAY)
@@ -115,9 +115,9 @@ def test_purge_keeps_an_approvals_answer_while_the_approval_is_kept(make_store) 
 
 
 def test_rejections_are_recorded_bounded_and_storable(store: Store) -> None:
-    store.record_rejection("task", "payload must be a JSON object", inbox="a", source="chat",
-                           source_id="m\x00-1", excerpt="x" * 10_000 + "\x00\ud800", now=T)
-    [rejection] = store.rejections()
+    store.operator.record_rejection("task", "payload must be a JSON object", inbox="a", source="chat",
+                                    source_id="m\x00-1", excerpt="x" * 10_000 + "\x00\ud800", now=T)
+    [rejection] = store.operator.rejections()
     assert rejection.origin == "task" and rejection.received == T
     assert rejection.source_id == "m\\u0000-1"
     assert len(rejection.excerpt) <= 500
@@ -125,7 +125,7 @@ def test_rejections_are_recorded_bounded_and_storable(store: Store) -> None:
 
 
 def test_counters_start_at_zero(store: Store) -> None:
-    assert store.counters() == {"lease_takeovers": 0, "stale_finishes_refused": 0}
+    assert store.operator.counters() == {"lease_takeovers": 0, "stale_finishes_refused": 0}
 
 
 def test_requeue_a_whole_inbox(store: Store) -> None:
@@ -133,8 +133,8 @@ def test_requeue_a_whole_inbox(store: Store) -> None:
     store.ingest("a", "chat", "poison-2", {}, now=now)
     now = kill_poison(store, "a", now)  # its "poison" is a duplicate; "poison-2" dies this time
     assert {e.source_id for e in store.dead("a")} == {"poison", "poison-2"}
-    assert [e.status for e in store.requeue_inbox("a")] == ["pending", "pending"]
-    assert store.dead("a") == [] and store.requeue_inbox("a") == []
+    assert [e.status for e in store.operator.requeue_inbox("a")] == ["pending", "pending"]
+    assert store.dead("a") == [] and store.operator.requeue_inbox("a") == []
 
 
 def test_metrics_attention_and_incidents(store: Store) -> None:
@@ -144,20 +144,20 @@ def test_metrics_attention_and_incidents(store: Store) -> None:
     store.add_timer("fresh", "t", now - 5, {}, every=60)
     store.request_approval("fresh", "r1", "refund", 10, now=now)
     store.run_scheduler(now=now + 20)
-    store.record_rejection("task", "bad", now=now)
-    metrics = store.metrics(now=now + 20)
+    store.operator.record_rejection("task", "bad", now=now)
+    metrics = store.operator.metrics(now=now + 20)
     assert (metrics["events_pending"], metrics["events_dead"]) == (4, 1)
     assert metrics["oldest_pending_age"] == now + 20 - T
     assert metrics["rejected"] == {"task": 1} and metrics["timers_overdue"] == 0
-    assert [s.inbox for s in store.attention(now=now + 20)] == ["sick", "waiting", "fresh"]
-    found = store.incidents(since=T)
+    assert [s.inbox for s in store.operator.attention(now=now + 20)] == ["sick", "waiting", "fresh"]
+    found = store.operator.incidents(since=T)
     assert [e.source_id for e in found["dead"]] == ["poison"]
     assert [e.source_id for e in found["expired_approvals"]] == ["r1"]
-    assert store.incidents(since=now + 100) == {"dead": [], "expired_approvals": [], "outages": []}
+    assert store.operator.incidents(since=now + 100) == {"dead": [], "expired_approvals": [], "outages": []}
 
 
 def test_event_by_id_says_when_it_finished(store: Store) -> None:
     now = kill_poison(store, "a", T)
     [dead] = store.dead("a")
-    assert store.event(dead.id) == dead and dead.finished is not None and T < dead.finished <= now
-    assert store.event(999_999) is None
+    assert store.operator.event(dead.id) == dead and dead.finished is not None and T < dead.finished <= now
+    assert store.operator.event(999_999) is None

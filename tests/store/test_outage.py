@@ -51,15 +51,15 @@ def test_try_later_gives_the_attempt_back_and_waits_as_long_as_the_outage_has_la
         grown = min(40, max(5, now - T))  # as long as the outage has lasted, within base..cap
         waits = {not_before(store, i) - now for i in ids}
         assert len(waits) == 1 and grown // 2 <= waits.pop() <= grown  # one jitter per finish
-        assert store.sweep_candidates(now=not_before(store, ids[0]) - 1) == []  # no run while waiting
-        assert store.sweep_candidates(now=not_before(store, ids[0])) == ["a"]
+        assert store.runs.sweep_candidates(now=not_before(store, ids[0]) - 1) == []  # no run while waiting
+        assert store.runs.sweep_candidates(now=not_before(store, ids[0])) == ["a"]
         now = not_before(store, ids[0])
     gen = store.acquire("a", "A", now=now)
     batch = store.claim("a", "A", gen, now=now)
     assert [e.attempts for e in batch] == [1, 1]  # still claimed together, as fresh events
     assert store.finish("a", "A", gen, [e.id for e in batch], Outcome(messages=["answered"]), now=now)
     assert statuses(store, "a") == {"hello": ("done", 1), "world": ("done", 1)}
-    assert [r.outcome for r in store.runs("a")] == ["waiting"] * 8 + ["done"]
+    assert [r.outcome for r in store.operator.run_log("a")] == ["waiting"] * 8 + ["done"]
 
 
 def test_a_retry_after_is_honoured(make_store) -> None:  # type: ignore[no-untyped-def]
@@ -81,15 +81,15 @@ def test_past_the_horizon_events_are_dead_for_an_outage_and_requeue_brings_them_
         status = store.status("a", now=now)
         if status.pending:
             assert (status.waiting_on_outage, status.outage_since) == (1, T)
-            metrics = store.metrics(now=now)
+            metrics = store.operator.metrics(now=now)
             assert (metrics["inboxes_waiting_on_outage"], metrics["outage_age"]) == (1, now - T)
-            [outage] = store.incidents(since=T)["outages"]
+            [outage] = store.operator.incidents(since=T)["outages"]
             assert (outage.inbox, outage.events, outage.since) == ("a", 1, T)
         now = max(now + 1, not_before(store, event_id))
     [dead] = store.dead("a")
     assert dead.attempts == 0 and dead.error.startswith("outage: ")
     assert "APIConnectionError" in dead.error
-    assert store.metrics(now=now)["inboxes_waiting_on_outage"] == 0
+    assert store.operator.metrics(now=now)["inboxes_waiting_on_outage"] == 0
     back = store.requeue(dead.id)
     assert (back.status, back.attempts) == ("pending", 0)
     try_later(store, "a", now)  # a new outage starts its own horizon
@@ -130,7 +130,7 @@ def _executing(store: Store, delivery: str = "at-least-once") -> Effects:
     batch = store.claim("a", "w", gen, now=T)
     effect = Effect("tu1", "refund", {"order": 1}, delivery=delivery)  # type: ignore[arg-type]
     assert store.finish("a", "w", gen, [e.id for e in batch], outcome=Outcome(effects=[effect]), now=T)
-    fx = Effects(store)
+    fx = store.effects
     assert fx.begin("a", "tu1", stale_after=600, now=T).attempts == 1
     return fx
 

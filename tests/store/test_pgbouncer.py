@@ -32,10 +32,10 @@ def wakes(store: Store, inbox: str) -> list[int]:
     done = []
     for n in range(10):
         store.ingest(inbox, "chat", f"m-{n}", {"n": n}, now=T + n)
-        start = store.start_run(inbox, "W", now=T + n)
+        start = store.runs.start(inbox, "W", now=T + n)
         ids = [e.id for e in start.events]
-        step = store.finish_and_claim(inbox, "W", start.generation, ids,
-                                      Outcome(messages=[f"reply {n}"], memory={"n": n}), now=T + n)
+        step = store.runs.finish_and_claim(inbox, "W", start.generation, ids,
+                                           Outcome(messages=[f"reply {n}"], memory={"n": n}), now=T + n)
         assert step.finished and step.released
         done += ids
     return done
@@ -49,26 +49,26 @@ def test_the_store_runs_through_pgbouncer_in_transaction_mode(pg_url: str, bounc
             results = list(pool.map(lambda i: wakes(store, f"inbox-{i}"), range(4)))
         assert all(len(ids) == 10 for ids in results)
         assert [e.status for e in store.events("inbox-0")] == ["done"] * 10
-        assert store.memory("inbox-3") == {"n": 9}
+        assert store.runs.memory("inbox-3") == {"n": 9}
         store.add_timer("inbox-0", "tick", T + 100, {"k": 1}, every=60)
         assert [f.inbox for f in store.run_scheduler(now=T + 100)] == ["inbox-0"]
         store.request_approval("inbox-1", "r-1", "refund", 600, now=T + 10)
         assert store.answer_approval("inbox-1", "r-1", "yes", now=T + 11) == "yes"
         sent: list[str] = []
         assert store.dispatch("inbox-2", lambda m: sent.append(m.body), now=T + 20) == 10
-        with store._transaction() as conn:  # the timeouts hold inside every transaction
+        with store.transactions.transaction() as conn:  # the timeouts hold inside every transaction
             assert conn.execute(text("SHOW lock_timeout")).scalar() == "5s"
             assert conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar() == "15s"
             # ... and it is one transaction (BEGIN is ours, the driver is in autocommit mode)
             xact = conn.execute(text("SELECT pg_current_xact_id()")).scalar()
             assert conn.execute(text("SELECT pg_current_xact_id()")).scalar() == xact
         try:
-            with store._transaction() as conn:
+            with store.transactions.transaction() as conn:
                 conn.execute(text("UPDATE inboxes SET last_sent = 12345 WHERE inbox = 'inbox-0'"))
                 raise RuntimeError("abandon the transaction")
         except RuntimeError:
             pass
-        with store._transaction() as conn:  # rolled back whole
+        with store.transactions.transaction() as conn:  # rolled back whole
             assert conn.execute(text("SELECT last_sent FROM inboxes WHERE inbox = 'inbox-0'")).scalar() != 12345
     finally:
         store.dispose()
@@ -78,6 +78,6 @@ def test_without_the_pooler_setting_pgbouncer_refuses_the_session_options(pg_url
     store = Store.connect(through(pg_url, bouncer))
     try:
         with pytest.raises(OperationalError, match="unsupported startup parameter: options"):
-            store.clock()
+            store.transactions.clock()
     finally:
         store.dispose()

@@ -29,28 +29,28 @@ def _statements(store: Store) -> list[str]:
 def _a_day_of_wakes(store: Store) -> list[tuple]:
     """Wakes through every registered statement's path, and what each call answered."""
     answers: list[tuple] = []
-    store.ingest_many([(f"in-{n}", "chat", f"m-{n}", {"n": n, "nested": {"list": [1, 2]}}) for n in range(6)], now=T)
-    got = store.start_next_run("W", now=T + 1)  # the take, leased and claimed
+    store.intake.ingest_many([(f"in-{n}", "chat", f"m-{n}", {"n": n, "nested": {"list": [1, 2]}}) for n in range(6)], now=T)
+    got = store.runs.start_next("W", now=T + 1)  # the take, leased and claimed
     assert got is not None
     inbox, start = got
     answers.append((inbox, start.generation, [(e.source_id, e.payload, e.attempts) for e in start.events]))
-    step = store.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events],
-                                  Outcome(memory={"k": "v"}), now=T + 2)
+    step = store.runs.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events],
+                                       Outcome(memory={"k": "v"}), now=T + 2)
     answers.append((step.finished, step.released, step.events))
-    start = store.start_run("in-1", "W", now=T + 3)  # a doorbell's start: lock_or_create
+    start = store.runs.start("in-1", "W", now=T + 3)  # a doorbell's start: lock_or_create
     answers.append((start.generation, [e.source_id for e in start.events]))
     answers.append(store.finish("in-1", "W", start.generation, [e.id for e in start.events], Outcome(), now=T + 4))
     answers.append(store.renew("in-1", "W", start.generation, now=T + 4))
     answers.append(store.release("in-1", "W", start.generation, now=T + 4))
-    skipped = store.start_next_run("W", skip=["in-2"], now=T + 5)  # the skipping take: plain
+    skipped = store.runs.start_next("W", skip=["in-2"], now=T + 5)  # the skipping take: plain
     assert skipped is not None
     answers.append(skipped[0])
     inbox, start = skipped  # a drainer's finish: the release and the next take in one statement
-    step = store.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events], now=T + 6,
-                                  take_next=[])
+    step = store.runs.finish_and_claim(inbox, "W", start.generation, [e.id for e in start.events], now=T + 6,
+                                       take_next=[])
     assert step.next is not None
     answers.append((step.released, step.next[0], [e.source_id for e in step.next[1].events]))
-    answers.append([(r.inbox, r.generation, r.outcome, list(r.event_ids)) for i in range(6) for r in store.runs(f"in-{i}")])
+    answers.append([(r.inbox, r.generation, r.outcome, list(r.event_ids)) for i in range(6) for r in store.operator.run_log(f"in-{i}")])
     return answers
 
 
@@ -66,7 +66,7 @@ def test_behind_a_pooler_the_hot_statements_run_as_functions_and_answer_alike(pg
             assert any(statement.plan.name in s for s in calls)
         assert not any(s.lstrip().startswith("WITH picked") for s in seen)  # the claim ran inside
         # The same calls through the plain statements, on the same data from the start:
-        with plain._transaction() as conn:
+        with plain.transactions.transaction() as conn:
             conn.execute(text("TRUNCATE events, inboxes, runs, memory RESTART IDENTITY"))
         assert _a_day_of_wakes(plain) == first
     finally:
@@ -79,7 +79,7 @@ def test_a_missing_function_falls_back_to_the_plain_statement(pg_url: str, caplo
 
     name = claims.TAKE_AND_CLAIM.plan.name
     admin = Store.connect(pg_url)
-    with admin._transaction() as conn:
+    with admin.transactions.transaction() as conn:
         conn.execute(text(f"DROP FUNCTION {name}"))
     pooled = Store.connect(pg_url, pooler="transaction")
     try:

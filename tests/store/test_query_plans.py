@@ -13,7 +13,6 @@ from sqlalchemy import select, text
 from sqlalchemy.dialects import postgresql
 
 from store import Store
-from store.db import transaction
 from store.leases import claimable
 from store.claims import CLAIM, TAKE_AND_CLAIM
 from store.tables import events, timers
@@ -21,7 +20,7 @@ from store.timers import due_now
 
 
 def plan(store: Store, query) -> str:  # type: ignore[no-untyped-def]
-    with transaction(store.engine) as conn:
+    with store.transactions.transaction() as conn:
         compiled = query.compile(conn, compile_kwargs={"literal_binds": True})
         return "\n".join(conn.execute(text(f"EXPLAIN {compiled}")).scalars())
 
@@ -29,7 +28,7 @@ def plan(store: Store, query) -> str:  # type: ignore[no-untyped-def]
 def test_the_scheduler_reads_due_timers_through_the_partial_index(pg_url: str) -> None:
     store = Store.connect(pg_url)
     try:
-        with transaction(store.engine) as conn:
+        with store.transactions.transaction() as conn:
             conn.execute(text(
                 "INSERT INTO timers (inbox, timer_id, due, every, payload, misfire, done) "
                 "SELECT 'i' || (n % 100), 't' || n, 2000000 + n, 60, '{}', 'coalesce', n % 2 = 0 "
@@ -38,7 +37,7 @@ def test_the_scheduler_reads_due_timers_through_the_partial_index(pg_url: str) -
         query = (select(timers).where(~timers.c.done, timers.c.due <= 2000010).order_by(timers.c.due)
                  .limit(500).with_for_update(skip_locked=True))
         assert "ix_timers_due" in plan(store, query)
-        with transaction(store.engine) as conn:
+        with store.transactions.transaction() as conn:
             assert len(due_now(conn, 2_000_010, 500)) == 5
     finally:
         store.dispose()
@@ -48,7 +47,7 @@ def test_the_scheduler_reads_due_timers_through_the_partial_index(pg_url: str) -
 def history(pg_url: str) -> Iterator[Store]:
     """50,000 events over 100 inboxes, one in a thousand still pending: mostly history."""
     store = Store.connect(pg_url)
-    with transaction(store.engine) as conn:
+    with store.transactions.transaction() as conn:
         conn.execute(text(
             "INSERT INTO events (inbox, source, source_id, payload, status, created) "
             "SELECT 'i' || (n % 100), 'chat', 'm' || n, '{}', "
@@ -72,7 +71,7 @@ def generic_plan(store: Store, statement, values: dict) -> str:  # type: ignore[
     state = compiled.construct_expanded_state(values)
     args = ", ".join(repr(state.parameters[name]) for name in state.positiontup)
     compiled = state.statement
-    with transaction(store.engine) as conn:
+    with store.transactions.transaction() as conn:
         conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
         conn.exec_driver_sql(f"PREPARE probe AS {compiled}")
         plan = "\n".join(conn.exec_driver_sql(f"EXPLAIN EXECUTE probe({args})").scalars())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from store import Effect, InvalidEvent, Message, Outcome, OutgoingMessage, Store
-from store.effects import LINK_MARKER_PREFIX, Effects
+from store.effects import LINK_MARKER_PREFIX
 
 T = 1_000_000
 H = 3600
@@ -23,7 +23,7 @@ def run(store: Store, inbox: str, now: int, source: str, outcome: Outcome) -> No
         store.add_timer(inbox, f"digest-{now}", now, {})
         assert store.run_scheduler(now=now)
     elif source == "tool":
-        book = Effects(store)
+        book = store.effects
         use = f"toolu_{now}"
         _commit(store, inbox, now, Effect(use, "refund", {"order": 1}))
         attempt = book.begin(inbox, use, stale_after=60, now=now)
@@ -60,13 +60,13 @@ def test_a_reply_goes_inside_the_gap_while_a_notice_in_the_same_gap_is_held(stor
     run(store, "a", T + 10, "timer", say(reply("your daily digest")))  # unprompted: held
     assert store.dispatch("a", sent.append, now=T + 10) == 0
     run(store, "a", T + 20, "chat", say(reply("hello to you")))  # the person asked: sent now
-    assert store.outbox_due(now=T + 20) == ["a"]
+    assert store.outgoing.due(now=T + 20) == ["a"]
     assert store.dispatch("a", sent.append, now=T + 20) == 1
     assert [(m.kind, m.body) for m in sent] == [("notice", "a push landed"), ("reply", "hello to you")]
     [digest] = [r for r in store.outbox("a") if r.sent_at is None]
     assert (digest.kind, digest.body) == ("notice", "your daily digest")
     # The reply did not restart the gap: the digest goes when the first send's gap ends.
-    assert store.outbox_due(now=T + H - 1) == []
+    assert store.outgoing.due(now=T + H - 1) == []
     assert store.dispatch("a", sent.append, now=T + H) == 1 and sent[-1].body == "your daily digest"
 
 
@@ -90,7 +90,7 @@ def test_pacing_is_one_rule_the_scan_and_the_dispatcher_agree(store: Store) -> N
     run(store, "b", T + 5, "chat", say(reply("again")))  # a reply: owed, due
     run(store, "c", T + 5, "timer", say(Message("disk full", urgent=True)))
     for now in (T + 5, T + H):
-        due = store.outbox_due(now=now)
+        due = store.outgoing.due(now=now)
         sent = {i: store.dispatch(i, lambda m: None, now=now) for i in ("a", "b", "c")}
         assert sorted(due) == sorted(i for i, n in sent.items() if n), now
 
@@ -124,21 +124,21 @@ def test_an_approval_routed_to_an_operator_inbox(store: Store) -> None:
     assert request.fields == {"inbox": "cust", "request_id": "toolu_1", "tool": "refund",
                               "input": {"order": 7}, "words": "I will refund it", "why": "",
                               "deadline": T + 600, "approver": "inbox:ops"}
-    assert store.approver_inboxes("cust") == ["ops"]
-    [pending] = store.approvals("cust")
+    assert store.approvals.approvers("cust") == ["ops"]
+    [pending] = store.approvals.view("cust")
     assert (pending.approver, pending.answered_by) == ("inbox:ops", None)
 
     assert store.answer_approval("cust", "toolu_1", "yes", by="inbox:ops", now=T + 5) == "yes"
     assert store.answer_approval("cust", "toolu_1", "no", by="self", now=T + 6) == "yes"  # the first stands
-    [answered] = store.approvals("cust", pending_only=False)
+    [answered] = store.approvals.view("cust", pending_only=False)
     assert (answered.answer, answered.approver, answered.answered_by) == ("yes", "inbox:ops", "inbox:ops")
-    assert store.approver_inboxes("cust") == []
+    assert store.approvals.approvers("cust") == []
 
     # The run that reads the answer settles the effect; the requester is told the decision.
     gen = store.acquire("cust", "W", now=T + 7)
     batch = store.claim("cust", "W", gen, now=T + 7)
     assert store.finish("cust", "W", gen, [e.id for e in batch], Outcome(answered=["toolu_1"]), now=T + 7)
-    assert Effects(store).get("cust", "toolu_1").status == "ready"
+    assert store.effects.get("cust", "toolu_1").status == "ready"
     decided = store.outbox("cust")[-1]
     assert decided.kind == "notice" and "was approved" in decided.body
     assert decided.fields == {"request_id": "toolu_1", "tool": "refund", "status": "approved"}
@@ -158,7 +158,7 @@ def test_the_inbox_itself_is_the_default_approver(store: Store) -> None:
     run(store, "me", T, "chat", ask(None))
     [request] = store.outbox("me")
     assert request.kind == "approval" and request.fields["approver"] == "self"
-    assert store.approvals("me")[0].approver == "self"
+    assert store.approvals.view("me")[0].approver == "self"
 
 
 @pytest.mark.parametrize("bad", ["inbox:", "ops", "channel:no spaces", "email:ops@example.com"])
@@ -170,7 +170,7 @@ def test_an_approver_address_is_checked(store: Store, bad: str) -> None:
     batch = store.claim("a", "W", gen, now=T)
     with pytest.raises(InvalidOutcome, match="approver"):
         store.finish("a", "W", gen, [e.id for e in batch], ask(bad), now=T)
-    assert store.outbox("a") == [] and Effects(store).view("a") == []
+    assert store.outbox("a") == [] and store.effects.view("a") == []
 
 
 def test_who_answered_is_bounded(store: Store) -> None:

@@ -78,7 +78,7 @@ def refused(client: Client, web_store: Store, inbox: str, rid: str, status: int,
     assert r.status_code == status, r.text
     assert r.json()["error"] == code
     assert web_store.events(inbox) == []
-    rejection = web_store.rejections(limit=1)[0]
+    rejection = web_store.operator.rejections(limit=1)[0]
     assert (rejection.origin, rejection.inbox, rejection.source_id) == ("web:approvals", inbox, rid)
     assert rejection.reason.startswith(f"{status} {code}")
     assert rejection.excerpt is None  # the body carries the token: never recorded

@@ -27,11 +27,11 @@ def tenants(web_store: Store) -> Iterator[dict[str, str]]:
     """Two inboxes with GitHub secrets of their own, one without."""
     names = {n: f"{n}-{uuid.uuid4().hex[:8]}" for n in ("a", "b", "c")}
     f = cipher(KEY)
-    web_store.set_hook_secrets(names["a"], "github", ["secret-of-a"], cipher=f)
-    web_store.set_hook_secrets(names["b"], "github", ["secret-of-b-new", "secret-of-b-old"], cipher=f)
+    web_store.hook_secrets.replace(names["a"], "github", ["secret-of-a"], cipher=f)
+    web_store.hook_secrets.replace(names["b"], "github", ["secret-of-b-new", "secret-of-b-old"], cipher=f)
     yield names
     for name in names.values():
-        web_store.remove_hook_secrets(name)
+        web_store.hook_secrets.remove(name)
 
 
 @pytest.fixture
@@ -70,12 +70,12 @@ def test_a_change_is_in_force_within_the_refresh_interval(hook_client: Client, w
                                                           tenants: dict[str, str], clock) -> None:  # type: ignore[no-untyped-def]
     a = tenants["a"]
     assert post_github(hook_client, a, "secret-of-a") == 202  # the snapshot is read
-    web_store.set_hook_secrets(a, "github", ["rotated-secret-of-a"], cipher=cipher(KEY))
+    web_store.hook_secrets.replace(a, "github", ["rotated-secret-of-a"], cipher=cipher(KEY))
     assert post_github(hook_client, a, "rotated-secret-of-a") == 401  # not yet re-read
     clock.now += REFRESH_SECONDS
     assert post_github(hook_client, a, "rotated-secret-of-a") == 202
     assert post_github(hook_client, a, "secret-of-a") == 401
-    web_store.remove_hook_secrets(a)
+    web_store.hook_secrets.remove(a)
     clock.now += REFRESH_SECONDS
     assert post_github(hook_client, a, GITHUB_SECRET) == 202  # back to the global secret
 
@@ -87,12 +87,12 @@ def test_secrets_are_encrypted_at_rest_and_bound_to_their_inbox(web_store: Store
         sealed = dict(conn.execute(select(hook_secrets.c.inbox, hook_secrets.c.secrets)
                                    .where(hook_secrets.c.inbox.in_([a, b]))).all())
     assert "secret-of-a" not in sealed[a] and "secret-of-b" not in sealed[b]
-    assert [(r.kind, r.count) for r in web_store.hook_secret_list(cipher=cipher(KEY)) if r.inbox == b] \
+    assert [(r.kind, r.count) for r in web_store.hook_secrets.rows(cipher=cipher(KEY)) if r.inbox == b] \
         == [("github", 2)]
     # someone with write access copies A's row onto B: B verifies nothing (fails closed)
     with web_store.engine.begin() as conn:
         conn.execute(update(hook_secrets).where(hook_secrets.c.inbox == b).values(secrets=sealed[a]))
-    assert web_store.hook_secrets(cipher=cipher(KEY))[b] == {"github": ()}
+    assert web_store.hook_secrets.unsealed(cipher=cipher(KEY))[b] == {"github": ()}
     # a web process with another key: every inbox with secrets of its own fails closed
     app = create_app(store=web_store, ring=lambda inbox: None,
                      settings=web_settings(secrets_key=new_key()), broker_check=lambda: None, clock=clock)
@@ -109,21 +109,21 @@ def test_bad_secrets_are_refused_before_anything_is_stored(web_store: Store) -> 
     for kind, secrets in (("gitlab", ["s"]), ("github", []), ("github", ["1", "2", "3"]),
                           ("github", [" padded "]), ("github", ["tab\tinside"])):
         with pytest.raises(InvalidEvent):
-            web_store.set_hook_secrets(inbox, kind, secrets, cipher=f)
-    assert [r for r in web_store.hook_secret_list() if r.inbox == inbox] == []
+            web_store.hook_secrets.replace(inbox, kind, secrets, cipher=f)
+    assert [r for r in web_store.hook_secrets.rows() if r.inbox == inbox] == []
 
 
 def test_a_refusal_before_the_signature_keeps_no_excerpt(client: Client, web_store: Store, inbox: str) -> None:
     body = b'{"evil": "\x1b]0;owned\x07"}'
     assert client.post(f"/hooks/github/{inbox}", content=body,
                        headers={"content-type": "application/json"}).status_code == 401
-    [row] = [r for r in web_store.rejections(limit=500) if r.inbox == inbox]
+    [row] = [r for r in web_store.operator.rejections(limit=500) if r.inbox == inbox]
     assert row.excerpt is None
     # signed but not JSON: the signature vouches for the sender, so an excerpt is kept
     bad = b"{not json"
     assert client.post(f"/hooks/github/{inbox}", content=bad,
                        headers=github_headers(GITHUB_SECRET, bad)).status_code == 422
-    signed = [r for r in web_store.rejections(limit=500) if r.inbox == inbox and r.excerpt]
+    signed = [r for r in web_store.operator.rejections(limit=500) if r.inbox == inbox and r.excerpt]
     assert signed and signed[0].excerpt.startswith("{not json")
 
 

@@ -109,7 +109,7 @@ def test_a_flood_of_refusals_is_answered_but_only_sampled_into_the_store(web_sto
     origin = "web:hooks/stripe"
 
     def recorded() -> int:
-        return sum(1 for r in web_store.rejections(limit=10_000) if r.origin == origin)
+        return sum(1 for r in web_store.operator.rejections(limit=10_000) if r.origin == origin)
 
     def flood(c: Client, n: int) -> list[int]:
         return [c.post("/hooks/stripe/flooded", content=b"{}",

@@ -19,7 +19,7 @@ def events(store: Store, inbox: str):  # type: ignore[no-untyped-def]
 
 
 def last_rejection(store: Store):  # type: ignore[no-untyped-def]
-    return store.rejections(limit=1)[0]
+    return store.operator.rejections(limit=1)[0]
 
 
 # --- accepted deliveries ----------------------------------------------------------------

@@ -149,7 +149,7 @@ def test_declared_oversize_body_refused_before_it_is_sent(server: Server, store:
         answer = s.recv(4096).decode(errors="replace")
     assert answer.startswith("HTTP/1.1 413"), answer
     assert store.events(inbox) == []
-    assert store.rejections(limit=1)[0].reason.startswith("413 too_large")
+    assert store.operator.rejections(limit=1)[0].reason.startswith("413 too_large")
 
 
 def test_tokens_stay_out_of_the_access_log(server: Server, store: Store, inbox: str) -> None:
