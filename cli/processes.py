@@ -103,9 +103,8 @@ class Processes:
 
     def terminate(self, proc: Proc) -> None:
         """SIGTERM to the main process only: a Celery worker then stops its pool children
-        itself. A SIGTERM to the whole group kills the children under it and its warm
-        shutdown never ends (measured: no exit within 30 s, against 2-7 s for the main
-        process alone), so every stop waited out its grace and ended in a SIGKILL."""
+        itself. A SIGTERM to the whole group kills the children under it, and its warm
+        shutdown then outlasts any grace (docs/performance.md, "Stopping processes")."""
         try:
             os.kill(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -113,7 +112,7 @@ class Processes:
 
     def stop(self, proc: Proc, grace: float = 10.0) -> None:
         if proc.alive():
-            self.terminate(proc)
+            self.kill(proc, signal.SIGTERM)
             try:
                 proc.popen.wait(timeout=grace)
             except subprocess.TimeoutExpired:
