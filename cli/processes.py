@@ -101,6 +101,15 @@ class Processes:
         if sig == signal.SIGKILL:
             proc.popen.wait(timeout=10)
 
+    def terminate(self, proc: Proc) -> None:
+        """SIGTERM to the main process only: a Celery worker then stops its pool children
+        itself. A SIGTERM to the whole group kills the children under it, and its warm
+        shutdown then outlasts any grace (docs/performance.md, "Stopping processes")."""
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
     def stop(self, proc: Proc, grace: float = 10.0) -> None:
         if proc.alive():
             self.kill(proc, signal.SIGTERM)
@@ -117,7 +126,7 @@ class Processes:
     def stop_all(self, grace: float = 10.0) -> None:
         for proc in reversed(self.procs):
             if proc.alive():
-                self.kill(proc, signal.SIGTERM)
+                self.terminate(proc)
         deadline = time.monotonic() + grace
         for proc in reversed(self.procs):
             try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,16 +188,17 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
 
 
 def _start(cluster: Cluster, run_workers: int, beat: bool, run_slots: int) -> None:
-    import subprocess
-
     from cli.processes import CONTROL_QUEUES, RUN_POOL, RUN_QUEUES, Processes
 
     # What `wakeful init` does before a Procfile starts: the embedded broker's tables and
     # queues, so the processes below do not race to create them. (The store is migrated
-    # already; Redis needs nothing.)
+    # already; Redis needs nothing.) In this process, through the test's own client: a
+    # `wakeful init` subprocess per test cost its start-up (the command has tests of its own).
     if cluster.backend == "embedded":
-        subprocess.run([sys.executable, "-m", "cli.main", "init"], env=cluster.env,
-                       check=True, capture_output=True, timeout=60)
+        from tasks import embedded
+        from tasks.celeryconfig import QUEUES
+
+        embedded.init(cluster.client, QUEUES)
     procs = Processes(env=cluster.env, logdir=cluster.home / "logs")
     cluster.procs = procs
     # The Procfile's dense run worker (fewer threads: a test's inboxes are few); one slot is
