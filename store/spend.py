@@ -36,10 +36,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, distinct, func, select, tuple_, update
+from sqlalchemy import Connection, Insert, and_, bindparam, delete, distinct, func, select, tuple_, update
 
 from . import leases, validate
 from .db import clock, insert
+from .dialects import Dialect, for_, per_dialect
 from .tables import outbox, spend
 from .transactions import Transactions
 
@@ -174,17 +175,28 @@ def count(conn: Connection, inbox: str, budget: Budget, usage: Usage, now: int |
     orders)."""
     now = clock(conn, now)
     cost = budget.cost_nanos(usage)
+    rows = []
     for scope, name, shard in (("inbox", inbox, 0), ("agent", budget.agent, shard_of(inbox))):
         tokens, money = budget.ceilings(scope)
-        row = {"scope": scope, "name": name, "shard": shard, "day": day_of(now), "calls": 1,
-               "input_tokens": usage.input_all, "output_tokens": usage.output_tokens,
-               "cost_nanos": cost, "token_ceiling": tokens, "cost_ceiling_nanos": money, "updated": now}
-        stmt = insert(conn, spend).values(**row)
-        added = {k: getattr(spend.c, k) + stmt.excluded[k] for k in ADDED}
-        conn.execute(stmt.on_conflict_do_update(
-            index_elements=KEY,
-            set_={**added, "token_ceiling": stmt.excluded.token_ceiling,
-                  "cost_ceiling_nanos": stmt.excluded.cost_ceiling_nanos, "updated": now}))
+        rows.append({"p_scope": scope, "p_name": name, "p_shard": shard, "p_day": day_of(now), "p_calls": 1,
+                     "p_input_tokens": usage.input_all, "p_output_tokens": usage.output_tokens,
+                     "p_cost_nanos": cost, "p_token_ceiling": tokens, "p_cost_ceiling_nanos": money,
+                     "p_updated": now})
+    conn.execute(for_(COUNT, conn), rows)
+
+
+def _count(dialect: Dialect) -> Insert:
+    # Built once per engine: a thousand model calls answering at once each count, and
+    # building the upsert (its EXCLUDED alias) per call cost more CPU than the call's own.
+    columns = ("scope", "name", "shard", "day", *ADDED, "token_ceiling", "cost_ceiling_nanos", "updated")
+    stmt = dialect.insert(spend).values({c: bindparam(f"p_{c}", type_=spend.c[c].type) for c in columns})
+    return stmt.on_conflict_do_update(
+        index_elements=KEY,
+        set_={**{k: spend.c[k] + stmt.excluded[k] for k in ADDED}, "token_ceiling": stmt.excluded.token_ceiling,
+              "cost_ceiling_nanos": stmt.excluded.cost_ceiling_nanos, "updated": stmt.excluded.updated})
+
+
+COUNT = per_dialect(_count)
 
 
 def check(conn: Connection, inbox: str, holder: str, generation: int, budget: Budget,

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_init
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -70,6 +71,19 @@ def get_agent() -> Agent:
     if _agent is None:
         _agent = load_agent(runtime_settings().agent)
     return _agent
+
+
+@worker_init.connect
+def _load_the_agent_at_start(**_kwargs: Any) -> None:
+    # In a dense worker the first run would load the agent (the claude agent imports the
+    # anthropic SDK: a second or more holding the GIL) while every other run of the first
+    # burst waits on it. Loaded at start instead; an agent that fails to load says so on the
+    # first run, as it does in a prefork worker, whose children each load it once.
+    if runtime.dense():
+        try:
+            get_agent()
+        except Exception as exc:  # noqa: BLE001 - reported by every run that needs it
+            log.warning("the agent did not load at start (%s: %s)", type(exc).__name__, exc)
 
 
 @dataclass
