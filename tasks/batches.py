@@ -39,13 +39,13 @@ and installing it moves Celery back to 5.6, while wakeful is verified on 5.7.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Task, states
-from celery.backends.redis import RedisBackend
 from celery.exceptions import InvalidTaskError
 from celery.utils.time import maybe_iso8601
 
@@ -120,7 +120,11 @@ def mark_done(backend: Any, done: list[tuple[BatchItem, Any]]) -> None:
     MGET, one pipeline). Celery has no call for many results, so this one follows its Redis
     backend's own steps; anything else (another backend, a chord, a Redis error) goes the
     one-at-a-time way, with Celery's retries."""
-    if len(done) > 1 and isinstance(backend, RedisBackend) and not any(item.chord for item, _ in done):
+    # Looked up, not imported: importing redis loads its OpenTelemetry instruments, and a
+    # process whose backend is not Redis has no reason to.
+    redis_backend = sys.modules.get("celery.backends.redis")
+    if (len(done) > 1 and redis_backend is not None and isinstance(backend, redis_backend.RedisBackend)
+            and not any(item.chord for item, _ in done)):
         try:
             _mark_done_pipelined(backend, done)
             return
@@ -131,7 +135,7 @@ def mark_done(backend: Any, done: list[tuple[BatchItem, Any]]) -> None:
         backend.mark_as_done(item.id, result, request=item)
 
 
-def _mark_done_pipelined(backend: RedisBackend, done: list[tuple[BatchItem, Any]]) -> None:
+def _mark_done_pipelined(backend: Any, done: list[tuple[BatchItem, Any]]) -> None:
     keys = [backend.get_key_for_task(item.id) for item, _ in done]
     stored = backend.mget(keys)
     with backend.client.pipeline() as pipe:

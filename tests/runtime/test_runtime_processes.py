@@ -329,7 +329,9 @@ def test_a_broken_agent_setting_claims_nothing(make_cluster) -> None:
     c = make_cluster(env={"WAKEFUL_AGENT": "no_such_module:agent"})
     c.ingest("kim", "chat", "k-1", {"text": "hi"})
     runs = c.procs.procs[0]
-    c.wait(lambda: "No module named 'no_such_module'" in runs.text(), "the run task to fail")
+    # A dense worker also says so once at start (the agent is loaded then): wait for the task.
+    c.wait(lambda: any("wakeful.run_inbox" in line and "No module named 'no_such_module'" in line
+                       for line in runs.text().splitlines()), "the run task to fail")
     [event] = c.store.events("kim")
     assert (event.status, event.attempts) == ("pending", 0)  # no attempt burned
 
