@@ -19,9 +19,6 @@ statement that locks the inbox row (see ``leases.lock``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from contextlib import AbstractContextManager
-
 from typing import Any
 
 from sqlalchemy import (
@@ -134,12 +131,6 @@ def _sqlite_engine(url: str, path: str | None) -> Engine:
 def lock_timed_out(exc: BaseException) -> bool:
     """A PostgreSQL statement gave up waiting for a row lock (SQLSTATE 55P03)."""
     return isinstance(exc, OperationalError) and getattr(exc.orig, "sqlstate", None) == "55P03"
-
-
-# Opens one short transaction per call (``Transactions.transaction``, store/transactions.py):
-# a rule that needs several (a dispatch sends between them) is handed this, so each goes
-# through the store's pinned connection and error mapping.
-OpenTransaction = Callable[[], AbstractContextManager[Connection]]
 
 
 class DbClock(FunctionElement[int]):

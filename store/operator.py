@@ -17,10 +17,9 @@ from . import inbox as inbox_rules
 from . import grants as grant_rules
 from . import rules
 from . import spend as spend_rules
-from .db import OpenTransaction, clock
+from .db import clock
 from .inbox import EVENT_COLUMNS, to_event
 from .records import Event, InboxStatus, InvalidCall, Outage, Rejection, RunRecord
-from settings import StoreSettings
 from .transactions import Transactions
 from .tables import approvals, audit, events, grants, inboxes, outbox, rejected, runs, status_is, timers
 
@@ -146,14 +145,14 @@ def run_log(conn: Connection, inbox: str, limit: int) -> list[RunRecord]:
     ]
 
 
-def purge(transactions: OpenTransaction, s: StoreSettings, older_than: int, now: int | None) -> dict[str, int]:
+def purge(transactions: Transactions, older_than: int, now: int | None) -> dict[str, int]:
     """Retention, in short batches. Returns how many rows each step touched."""
     if not isinstance(older_than, int) or older_than < 0:
         raise InvalidCall(f"older_than must be a non-negative number of seconds, got {older_than!r}")
-    with transactions() as conn:
+    with transactions.transaction() as conn:
         now = clock(conn, now)
     cutoff = now - older_than
-    key_cutoff = now - max(older_than, s.dedupe_window)
+    key_cutoff = now - max(older_than, transactions.settings.dedupe_window)
     # An approval's answer event is its stored answer: it stays whole while the approval
     # row does (a later answer call, or the expiry timer, must still find yes or no, not an
     # empty key to fill with "expired"), and goes after it, at the next purge.
@@ -170,7 +169,7 @@ def purge(transactions: OpenTransaction, s: StoreSettings, older_than: int, now:
         "rejected": _in_batches(transactions, rejected, rejected.c.id, rejected.c.received < cutoff),
         "audit": _in_batches(transactions, audit, audit.c.id, audit.c.at < cutoff),  # the proxy's
     }
-    with transactions() as conn:
+    with transactions.transaction() as conn:
         counts["timers"] = conn.execute(
             delete(timers).where(timers.c.done, timers.c.due < cutoff)).rowcount
         counts["approvals"] = conn.execute(delete(approvals).where(approvals.c.deadline < key_cutoff)).rowcount
@@ -180,10 +179,10 @@ def purge(transactions: OpenTransaction, s: StoreSettings, older_than: int, now:
     return counts
 
 
-def _in_batches(transactions: OpenTransaction, table, key, where, values=None) -> int:  # type: ignore[no-untyped-def]
+def _in_batches(transactions: Transactions, table, key, where, values=None) -> int:  # type: ignore[no-untyped-def]
     total = 0
     while True:
-        with transactions() as conn:
+        with transactions.transaction() as conn:
             batch = select(key).where(where).limit(PURGE_BATCH).scalar_subquery()
             stmt = update(table).values(**values) if values else delete(table)
             n = conn.execute(stmt.where(key.in_(batch))).rowcount

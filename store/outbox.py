@@ -47,7 +47,7 @@ from typing import Any
 from sqlalchemy import Boolean, Connection, bindparam, case, func, or_, select, update
 
 from . import leases, validate
-from .db import OpenTransaction, clock
+from .db import clock
 from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, Dispatched, InvalidCall, InvalidOutcome, MessageKind, Message, OutboxItem, OutboxRow,
                       OutgoingMessage)
 from settings import StoreSettings
@@ -139,7 +139,7 @@ def due_inboxes(conn: Connection, s: StoreSettings, now: int, limit: int) -> lis
 DISPATCH_BATCH = 100
 
 
-def dispatch(transactions: OpenTransaction, s: StoreSettings, inboxes: Sequence[str],
+def dispatch(transactions: Transactions, inboxes: Sequence[str],
              send: Callable[[OutgoingMessage], Any], now: int | None) -> Dispatched:
     delivery = getattr(send, "delivery", AT_LEAST_ONCE)
     if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
@@ -147,15 +147,15 @@ def dispatch(transactions: OpenTransaction, s: StoreSettings, inboxes: Sequence[
     names = sorted(set(inboxes))
     result = Dispatched()
     for at in range(0, len(names), DISPATCH_BATCH):
-        _dispatch_batch(transactions, s, names[at:at + DISPATCH_BATCH], send, delivery, now, result)
+        _dispatch_batch(transactions, names[at:at + DISPATCH_BATCH], send, delivery, now, result)
     return result
 
 
-def _dispatch_batch(transactions: OpenTransaction, s: StoreSettings, names: list[str],
+def _dispatch_batch(transactions: Transactions, names: list[str],
                     send: Callable[[OutgoingMessage], Any], delivery: str, now: int | None,
                     result: Dispatched) -> None:
-    with transactions() as conn:
-        messages = _claim(conn, s, names, delivery, now)
+    with transactions.transaction() as conn:
+        messages = _claim(conn, transactions.settings, names, delivery, now)
     sent: list[OutgoingMessage] = []
     tried: set[str] = set()  # the keys whose send was attempted
     try:
@@ -172,7 +172,7 @@ def _dispatch_batch(transactions: OpenTransaction, s: StoreSettings, names: list
             result.sent += len(message.message_ids)
     finally:  # also when interrupted: what was not sent is held again
         if messages:
-            with transactions() as conn:
+            with transactions.transaction() as conn:
                 _settle(conn, names, messages, sent, tried, delivery, now)
 
 
@@ -282,4 +282,4 @@ class Outgoing:
                       now: int | None = None) -> Dispatched:
         """``dispatch`` for many inboxes at once, a claim and a mark per hundred of them; an
         inbox whose send raises is named in ``failed`` and the others go on."""
-        return dispatch(self.transactions.transaction, self.transactions.settings, list(inboxes), send, now)
+        return dispatch(self.transactions, list(inboxes), send, now)

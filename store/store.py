@@ -173,7 +173,7 @@ class Store:
     def dispatch(self, inbox: str, send: Callable[[OutgoingMessage], Any], *, now: int | None = None) -> int:
         """Send the held messages as one; returns how many were sent (0 inside the gap). A
         send that raises is raised here, its messages held for the next dispatch."""
-        done = outbox.dispatch(self.transactions.transaction, self.settings, [inbox], send, now)
+        done = outbox.dispatch(self.transactions, [inbox], send, now)
         if inbox in done.failed:
             raise done.failed[inbox]
         return done.sent
@@ -207,4 +207,4 @@ class Store:
             return operator.status(conn, inbox, clock(conn, now))
 
     def purge(self, older_than: int, *, now: int | None = None) -> dict[str, int]:
-        return operator.purge(self.transactions.transaction, self.settings, older_than, now)
+        return operator.purge(self.transactions, older_than, now)
