@@ -112,7 +112,7 @@ class Processes:
 
     def stop(self, proc: Proc, grace: float = 10.0) -> None:
         if proc.alive():
-            self.kill(proc, signal.SIGTERM)
+            self.terminate(proc)
             try:
                 proc.popen.wait(timeout=grace)
             except subprocess.TimeoutExpired:
