@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, Select, bindparam, exists, literal_column, select, true
 
 from . import leases, plans, rules, runlog, runs
-from .db import NOW, insert
+from .db import NOW
 from .records import RunStart
 from settings import StoreSettings
 from .tables import events, inboxes, memory
@@ -112,7 +112,7 @@ def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[st
             candidates = list(dict.fromkeys(conn.execute(_READY, params).scalars()))
             if not candidates:
                 return None  # nothing is ready
-            _make_rows(conn, candidates)  # a never-woken inbox has no row to lock yet
+            leases.create_rows(conn, candidates)  # a never-woken inbox has no row to lock yet
             row = plans.execute(conn, take, params).first()
             if row is None:
                 passed_over += candidates
@@ -122,9 +122,3 @@ def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[st
             return row.inbox, start
         passed_over.append(row.inbox)  # its event was done meanwhile
     return None
-
-
-def _make_rows(conn: Connection, names: list[str]) -> None:
-    """Rows for ready inboxes never woken before, so they can be locked."""
-    new_rows = insert(conn, inboxes).on_conflict_do_nothing(index_elements=["inbox"])
-    conn.execute(new_rows, [{"inbox": name} for name in names])

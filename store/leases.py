@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import BigInteger, Connection, Insert, Row, Update, and_, bindparam, case, exists, select, tuple_, update
 
 from . import plans, rules
-from .db import NOW
+from .db import NOW, insert
 from .dialects import Dialect, for_, per_dialect
 from settings import StoreSettings
 from .tables import events, inboxes, memory
@@ -61,6 +61,14 @@ LOCK_OR_CREATE = per_dialect(lambda d: plans.cached("lock_or_create", _lock_or_c
 def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
     """``lock``, creating the row first for an inbox never woken before: one statement."""
     return plans.execute(conn, for_(LOCK_OR_CREATE, conn), {"p_inbox": inbox, "p_now": now}).one()
+
+
+def create_rows(conn: Connection, names: list[str]) -> None:
+    """Rows for inboxes never woken before, so they can be locked (or hold ``last_sent``);
+    an existing row is left as it is."""
+    if names:  # one multi-row statement (an executemany sent one INSERT per name)
+        conn.execute(insert(conn, inboxes).values([{"inbox": name} for name in names])
+                     .on_conflict_do_nothing(index_elements=["inbox"]))
 
 
 class Acquired(NamedTuple):

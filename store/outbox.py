@@ -178,7 +178,7 @@ def _dispatch_batch(transactions: Transactions, names: list[str],
 
 def _claim(conn: Connection, s: StoreSettings, names: list[str], delivery: str, now: int | None
            ) -> list[OutgoingMessage]:
-    _lock(conn, names)
+    locked = _lock(conn, names)
     now = clock(conn, now)
     held = conn.execute(
         select(outbox.c.id, outbox.c.inbox, outbox.c.body, outbox.c.urgent, outbox.c.kind, outbox.c.fields,
@@ -194,19 +194,20 @@ def _claim(conn: Connection, s: StoreSettings, names: list[str], delivery: str, 
     values: dict[str, Any] = {"dispatch_key": bindparam("p_key"), "claimed_at": now}
     if delivery == AT_MOST_ONCE:
         values["sent_at"] = now
-        _touch_last_sent(conn, claimed, now)
+        _touch_last_sent(conn, claimed, now, locked)
     if claimed:
         conn.execute(update(outbox).where(outbox.c.id == bindparam("p_id")).values(**values),
                      [{"p_id": i, "p_key": m.key} for m in claimed for i in m.message_ids])
     return claimed
 
 
-def _lock(conn: Connection, names: list[str]) -> None:
+def _lock(conn: Connection, names: list[str]) -> set[str]:
     """Lock the inboxes' rows, in name order (two dispatchers never wait on each other in
     opposite orders; every other writer locks one inbox): a second dispatcher finds the rows
-    claimed and sends nothing. A no-op on SQLite, where BEGIN IMMEDIATE serializes writers."""
-    conn.execute(select(inboxes.c.inbox).where(inboxes.c.inbox.in_(names))
-                 .order_by(inboxes.c.inbox).with_for_update()).all()
+    claimed and sends nothing. A no-op on SQLite, where BEGIN IMMEDIATE serializes writers.
+    The names whose rows exist (and are now locked)."""
+    return set(conn.execute(select(inboxes.c.inbox).where(inboxes.c.inbox.in_(names))
+                            .order_by(inboxes.c.inbox).with_for_update()).scalars())
 
 
 def _settle(conn: Connection, names: list[str], messages: list[OutgoingMessage], sent: list[OutgoingMessage],
@@ -216,12 +217,12 @@ def _settle(conn: Connection, names: list[str], messages: list[OutgoingMessage],
     tried counts as sent (its rows were marked at the claim); the rows never tried are held
     again."""
     done = {m.key for m in sent}
-    _lock(conn, names)
+    locked = _lock(conn, names)
     now = clock(conn, now)
     if delivery == AT_LEAST_ONCE:
         if sent:
             conn.execute(update(outbox).where(outbox.c.dispatch_key.in_(done), HELD).values(sent_at=now))
-            _touch_last_sent(conn, sent, now)
+            _touch_last_sent(conn, sent, now, locked)
         if unsent := [m.key for m in messages if m.key not in done]:
             conn.execute(update(outbox).where(outbox.c.dispatch_key.in_(unsent), HELD).values(claimed_at=None))
     elif untried := [m.key for m in messages if m.key not in tried]:
@@ -250,12 +251,13 @@ def _message(inbox: str, channel: str | None, rows: list[Any], key: str) -> Outg
                            items=items, channel=channel)
 
 
-def _touch_last_sent(conn: Connection, messages: list[OutgoingMessage], now: int) -> None:
-    """The gap restarts with a send of the inbox's own that held more than replies."""
+def _touch_last_sent(conn: Connection, messages: list[OutgoingMessage], now: int, locked: set[str]) -> None:
+    """The gap restarts with a send of the inbox's own that held more than replies.
+    ``locked``: the inboxes whose rows this transaction has locked (``_lock``); the others
+    (an approver's inbox never woken) get a row to hold ``last_sent``."""
     closing = sorted({m.inbox for m in messages
                       if m.channel is None and any(i.kind != MessageKind.REPLY for i in m.items)})
-    for inbox in closing:
-        leases.lock_or_create(conn, inbox)  # the row exists (and is locked) to hold last_sent
+    leases.create_rows(conn, [name for name in closing if name not in locked])
     if closing:
         conn.execute(update(inboxes).where(inboxes.c.inbox.in_(closing)).values(last_sent=now))
 

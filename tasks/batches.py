@@ -49,6 +49,7 @@ from celery import Task, states
 from celery.exceptions import InvalidTaskError
 from celery.utils.time import maybe_iso8601
 
+import telemetry
 from tasks.guard import problem
 
 log = logging.getLogger("wakeful.batches")
@@ -84,6 +85,14 @@ class BatchTask(Task):
 
     def Strategy(self, task: Any, app: Any, consumer: Any) -> Any:  # noqa: N802 (Celery's name)
         return _Batcher(task, consumer).on_message
+
+
+def batch_span(name: str, items: list[BatchItem]) -> Any:
+    """The span of a batch call (Celery makes none per message for a batch task): it continues
+    the first message's trace and links the others' (docs/operating.md "Traces")."""
+    return telemetry.span(name, kind=telemetry.CONSUMER, parent=items[0].headers if items else None,
+                          links=[item.headers for item in items[1:]],
+                          attributes={"messaging.batch.message_count": len(items)})
 
 
 def run_batch(name: str, items: list[BatchItem]) -> list[bool]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
-from settings import RuntimeSettings
+from settings import REDIS_SCHEMES, RuntimeSettings
 
 # Queues. External callers send with no routing options, so the entry points live on
 # Celery's default queue; agent runs have their own queue (and their own worker in the
@@ -83,6 +83,11 @@ def celery_config(s: RuntimeSettings) -> dict[str, Any]:
         # Beat keeps nothing: its ticks are idempotent and the store holds every timer, so
         # the in-memory scheduler (no schedule file to create, lock or corrupt) is enough.
         "beat_scheduler": "celery.beat:Scheduler",
+        # One result backend for all of a process's threads where it is safe to share (a
+        # Redis client is: its connection pool is), not one per thread: every send_task builds
+        # an AsyncResult, so each of a dense worker's 1,200 threads made a backend of its own
+        # on its first ring (~5 ms of CPU each: redis-py reads its package metadata).
+        "result_backend_thread_safe": s.results.startswith(REDIS_SCHEMES),
     }
     if s.embedded_broker:
         config.update(_embedded(s))

@@ -33,7 +33,7 @@ from store import InvalidEvent
 
 from tasks import faults
 from tasks.application import app
-from tasks.batches import BatchTask, mark_done
+from tasks.batches import BatchTask, batch_span, mark_done
 from tasks.doorbell import ring_many
 from tasks.runtime import get_store
 
@@ -76,17 +76,8 @@ def failed(item: Any, exc: Exception) -> bool:
 @app.task(name="wakeful.ingest", base=BatchTask, accepts=staticmethod(accepts), failed=staticmethod(failed))
 def ingest(requests: list[Any]) -> dict[str, int]:
     """Store a batch of events once each; new ones ring their inboxes' doorbells."""
-    # One span for the batch (a batch task has no per-message span of Celery's): it continues
-    # the first message's trace and links the others' (docs/operating.md "Traces").
-    with telemetry.span("wakeful.ingest", kind=telemetry.CONSUMER,
-                        parent=_headers(requests[0]) if requests else None,
-                        links=[_headers(r) for r in requests[1:]],
-                        attributes={"messaging.batch.message_count": len(requests)}):
+    with batch_span("wakeful.ingest", requests):
         return _ingest(requests)
-
-
-def _headers(request: Any) -> dict[str, Any]:
-    return getattr(request, "headers", None) or {}
 
 
 def _ingest(requests: list[Any]) -> dict[str, int]:

@@ -136,7 +136,7 @@ def test_one_trace_follows_a_wake_across_web_worker_proxy_and_control(
     below_chat = {chat["span_id"]} | {s["span_id"] for s in wake if s["parent_id"] == chat["span_id"]}
     assert served["service"] == "wakeful-proxy" and served["parent_id"] in below_chat
     assert send["service"] == "wakeful-control" and send["attributes"]["wakeful.outbox.channel"] == "jsonl"
-    assert {"run/wakeful.run_inbox", "run/wakeful.dispatch_outbox"} <= {s["name"] for s in wake}
+    assert {"run/wakeful.run_inbox", "wakeful.dispatch_outbox"} <= {s["name"] for s in wake}
     assert chat["attributes"]["gen_ai.operation.name"] == "chat"
     assert chat["attributes"]["gen_ai.request.model"] == "claude-scripted"
     assert chat["attributes"]["gen_ai.usage.input_tokens"] > 0 and chat["attributes"]["gen_ai.usage.output_tokens"] > 0
