@@ -83,4 +83,7 @@ def _dispatch(requests: list[Any]) -> dict[str, Any]:
     for name, exc in done.failed.items():
         log.warning("dispatch for inbox %r failed (%s: %s); retried on the next tick",
                     name, type(exc).__name__, exc)
-    return {"inboxes": len(targets), "messages_sent": done.sent, "failed": sorted(done.failed)}
+    summary = {"messages": len(requests), "inboxes": len(targets), "messages_sent": done.sent,
+               "failed": sorted(done.failed)}
+    log.info("dispatch batch: %s", summary)
+    return summary
