@@ -35,6 +35,9 @@ class Dialect:
     autocommit_statements: bool
     # The hot statements can run as plan-cached functions (store/plans.py, migration 0011).
     plan_functions: bool
+    # A list binds as one array parameter (``unnest``): a statement for any number of rows
+    # compiles once; elsewhere each count of rows is a statement of its own.
+    array_parameters: bool
 
     @classmethod
     def of(cls, bind: Engine | Connection) -> Dialect:
@@ -52,6 +55,7 @@ POSTGRESQL = Dialect(
     writes_in_ctes=True,
     autocommit_statements=True,
     plan_functions=True,
+    array_parameters=True,
 )
 
 SQLITE = Dialect(
@@ -61,6 +65,7 @@ SQLITE = Dialect(
     writes_in_ctes=False,
     autocommit_statements=False,
     plan_functions=False,
+    array_parameters=False,
 )
 
 _BY_NAME = {d.name: d for d in (POSTGRESQL, SQLITE)}

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from sqlalchemy import BigInteger, Connection, Insert, Row, Update, and_, bindparam, case, exists, select, tuple_, update
+from sqlalchemy import (ARRAY, BigInteger, Connection, Insert, Row, String, Update, and_, bindparam, case, exists,
+                        func, select, tuple_, update)
 
 from . import plans, rules
 from .db import NOW, insert
@@ -63,10 +64,26 @@ def lock_or_create(conn: Connection, inbox: str, now: int | None = None) -> Row:
     return plans.execute(conn, for_(LOCK_OR_CREATE, conn), {"p_inbox": inbox, "p_now": now}).one()
 
 
+def _create_rows(dialect: Dialect) -> Insert | None:
+    if not dialect.array_parameters:
+        return None
+    names = select(func.unnest(bindparam("p_names", type_=ARRAY(String))))
+    return dialect.insert(inboxes).from_select(["inbox"], names).on_conflict_do_nothing(index_elements=["inbox"])
+
+
+CREATE_ROWS = per_dialect(_create_rows)
+
+
 def create_rows(conn: Connection, names: list[str]) -> None:
     """Rows for inboxes never woken before, so they can be locked (or hold ``last_sent``);
-    an existing row is left as it is."""
-    if names:  # one multi-row statement (an executemany sent one INSERT per name)
+    an existing row is left as it is. One statement (an executemany sent one INSERT per
+    name, and a multi-row VALUES compiles once per number of names)."""
+    if not names:
+        return
+    statement = for_(CREATE_ROWS, conn)
+    if statement is not None:
+        conn.execute(statement, {"p_names": list(names)})
+    else:
         conn.execute(insert(conn, inboxes).values([{"inbox": name} for name in names])
                      .on_conflict_do_nothing(index_elements=["inbox"]))
 
