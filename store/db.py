@@ -18,6 +18,7 @@ statement that locks the inbox row (see ``leases.lock``).
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -172,6 +173,15 @@ def insert(conn: Connection, table: Table) -> Insert:
 
 def upsert(conn: Connection, table: Table, values: dict[str, Any], conflict_on: list[str]) -> None:
     """Insert ``values``, or overwrite every other column of the row that has the same key."""
-    stmt = insert(conn, table).values(**values)
-    update = {c: stmt.excluded[c] for c in values if c not in conflict_on}
-    conn.execute(stmt.on_conflict_do_update(index_elements=conflict_on, set_=update))
+    stmt = _upsert(Dialect.of(conn).name, table, tuple(values), tuple(conflict_on))
+    conn.execute(stmt, {f"p_{c}": v for c, v in values.items()})
+
+
+@functools.lru_cache(maxsize=64)
+def _upsert(dialect: str, table: Table, columns: tuple[str, ...], conflict_on: tuple[str, ...]) -> Insert:
+    # Built once per table and columns: building it per call (its EXCLUDED alias) cost a
+    # claude run more CPU than the statement's round trip (docs/performance.md).
+    stmt = Dialect.named(dialect).insert(table).values(
+        {c: bindparam(f"p_{c}", type_=table.c[c].type) for c in columns})
+    return stmt.on_conflict_do_update(index_elements=list(conflict_on),
+                                      set_={c: stmt.excluded[c] for c in columns if c not in conflict_on})

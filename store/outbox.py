@@ -89,23 +89,34 @@ def write_messages(conn: Connection, inbox: str, messages: Sequence[str | Messag
                                         m.urgent) for m in messages])
 
 
+def _from_the_person() -> tuple[Any, ...]:
+    """The inbox's (``p_inbox``) done events from the person, after the last one answered."""
+    inbox = bindparam("p_inbox")
+    answered = select(func.coalesce(inboxes.c.replied_through, 0)).where(inboxes.c.inbox == inbox).scalar_subquery()
+    return (events.c.inbox == inbox, events.c.status == "done", events.c.id > answered,
+            events.c.source.not_in(NOT_THE_PERSON))
+
+
+# Built once: a burst of replies each took the statements' construction more than their work.
+_NEWEST_IN_BATCH = select(func.max(events.c.id)).where(
+    events.c.id.in_(bindparam("p_ids", expanding=True)), *_from_the_person())
+_NEWEST = select(func.max(events.c.id)).where(*_from_the_person())
+_ANSWERED_THROUGH = update(inboxes).where(inboxes.c.inbox == bindparam("p_inbox")).values(
+    replied_through=bindparam("p_newest"))
+
+
 def _take_owed_reply(conn: Connection, inbox: str, event_ids: Sequence[int]) -> bool:
     """Whether a reply is owed; if so, mark the person's events up to the newest as answered.
     The run's own batch is looked at first (its rows by key); the inbox's history only when
     the batch holds nothing from the person (the answer after a tool call or an approval)."""
-    answered = select(func.coalesce(inboxes.c.replied_through, 0)).where(
-        inboxes.c.inbox == inbox).scalar_subquery()
-    from_the_person = (events.c.inbox == inbox, events.c.status == "done", events.c.id > answered,
-                       events.c.source.not_in(NOT_THE_PERSON))
     newest = None
     if event_ids:
-        newest = conn.execute(select(func.max(events.c.id)).where(
-            events.c.id.in_(list(event_ids)), *from_the_person)).scalar()
+        newest = conn.execute(_NEWEST_IN_BATCH, {"p_inbox": inbox, "p_ids": list(event_ids)}).scalar()
     if newest is None:
-        newest = conn.execute(select(func.max(events.c.id)).where(*from_the_person)).scalar()
+        newest = conn.execute(_NEWEST, {"p_inbox": inbox}).scalar()
     if newest is None:
         return False
-    conn.execute(update(inboxes).where(inboxes.c.inbox == inbox).values(replied_through=newest))
+    conn.execute(_ANSWERED_THROUGH, {"p_inbox": inbox, "p_newest": newest})
     return True
 
 
