@@ -64,8 +64,11 @@ class Held:
         return (self.lease.inbox, self.lease.holder, self.lease.generation)
 
     def heartbeat(self) -> bool:
-        """For ``Run.heartbeat()``: renew now; False once the lease is lost."""
-        if not self.lost.is_set() and not self._renew_now():
+        """For ``Run.heartbeat()``: renew now if the renewal is due within half a period (the
+        keeper's own window), else the lease was renewed a moment ago (or taken: the claude
+        agent's first model call comes right after the run's start) and a statement now would
+        confirm nothing new. False once the lease is lost."""
+        if not self.lost.is_set() and time.monotonic() >= self.due - self.every / 2 and not self._renew_now():
             self.lost.set()
         return not self.lost.is_set()
 

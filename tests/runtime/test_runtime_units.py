@@ -257,6 +257,36 @@ def test_the_lease_keeper_renews_every_held_run_in_one_statement_until_it_ends_i
     store.dispose()
 
 
+def test_a_heartbeat_renews_only_when_the_renewal_is_near_and_reports_a_lost_lease() -> None:
+    from dataclasses import dataclass
+
+    from tasks.lease_keeper import LeaseKeeper
+
+    @dataclass
+    class Counted:
+        store: object = None
+        inbox: str = "a"
+        holder: str = "w"
+        generation: int = 1
+        renewals: int = 0
+        held: bool = True
+
+        def renew(self) -> bool:
+            self.renewals += 1
+            return self.held
+
+    lease = Counted()
+    with LeaseKeeper().holding(lease, 30.0, time.monotonic() + 600, "a") as held:  # renewed every 10 s
+        assert held.heartbeat() and held.heartbeat()
+        assert lease.renewals == 0  # taken a moment ago: nothing new to confirm
+        held.due = time.monotonic() + held.every / 2 - 0.01  # the renewal is near
+        assert held.heartbeat() and lease.renewals == 1
+        assert held.heartbeat() and lease.renewals == 1  # renewed just now
+        lease.held, held.due = False, time.monotonic()  # taken over meanwhile, and due
+        assert not held.heartbeat() and lease.renewals == 2
+        assert not held.heartbeat() and lease.renewals == 2  # lost for good, not asked again
+
+
 def test_the_lease_keeper_wakes_for_a_run_due_before_its_own_next_wake_up(db_url: str) -> None:
     """It sleeps a long lease's third with nothing held and is not woken by runs due after
     that; a run due sooner (a shorter lease) must wake it, or it would lapse unrenewed."""
