@@ -65,9 +65,10 @@ class Held:
 
     def heartbeat(self) -> bool:
         """For ``Run.heartbeat()``: renew now if the renewal is due within half a period (the
-        keeper's own window), else the lease was renewed a moment ago (or taken: the claude
-        agent's first model call comes right after the run's start) and a statement now would
-        confirm nothing new. False once the lease is lost."""
+        keeper's own window). Sooner, the lease was renewed or taken a moment ago (the claude
+        agent's first model call comes right after the run's start) and the answer is that
+        one's: a lease lost since is found at the keeper's next tick, and every write the run
+        makes is fenced by its generation anyway. False once the lease is lost."""
         if not self.lost.is_set() and time.monotonic() >= self.due - self.every / 2 and not self._renew_now():
             self.lost.set()
         return not self.lost.is_set()
