@@ -17,7 +17,6 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
@@ -118,6 +117,7 @@ def ingest_parts(pinged, unpinged, n: int) -> list[tuple[str, float, float]]:
     """(what, ms p50, statements) for the pieces of the wakeful.ingest task body."""
     from tasks.doorbell import ring
     from tasks import ingest as ingest_task
+    from tasks.batches import BatchItem
 
     def timed(fn) -> tuple[float, float]:
         for i in range(20):
@@ -136,7 +136,7 @@ def ingest_parts(pinged, unpinged, n: int) -> list[tuple[str, float, float]]:
         ("Store.ingest (no pre-ping)", *timed(lambda k: unpinged.ingest("ing", "u", k, {}))),
         ("doorbell ring (send_task to Redis)", *timed(lambda k: ring("ing"))),
         ("wakeful.ingest task body, a batch of one (store + ring)",
-         *timed(lambda k: ingest_task.ingest.run([SimpleNamespace(args=("ing", "t", k, {}), kwargs={}, ignore_result=True)]))),
+         *timed(lambda k: ingest_task.ingest.run([BatchItem(f"wakepath-{k}", ("ing", "t", k, {}), {}, ignore_result=True)]))),
     ]
     env.redis_client().delete("wakeful.runs")  # the doorbells rung above: nobody runs them
     return out
