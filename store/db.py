@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import (
@@ -177,11 +178,15 @@ def upsert(conn: Connection, table: Table, values: dict[str, Any], conflict_on: 
     conn.execute(stmt, {f"p_{c}": v for c, v in values.items()})
 
 
+def bound_insert(dialect: Dialect, table: Table, columns: Iterable[str]) -> Insert:
+    """The dialect's INSERT of ``columns``, each a parameter ``p_<column>`` typed as its
+    column: a statement to build once and execute with any values. Built per call, an
+    upsert (its EXCLUDED alias) cost more CPU than its round trip (docs/performance.md)."""
+    return dialect.insert(table).values({c: bindparam(f"p_{c}", type_=table.c[c].type) for c in columns})
+
+
 @functools.lru_cache(maxsize=64)
 def _upsert(dialect: str, table: Table, columns: tuple[str, ...], conflict_on: tuple[str, ...]) -> Insert:
-    # Built once per table and columns: building it per call (its EXCLUDED alias) cost a
-    # claude run more CPU than the statement's round trip (docs/performance.md).
-    stmt = Dialect.named(dialect).insert(table).values(
-        {c: bindparam(f"p_{c}", type_=table.c[c].type) for c in columns})
+    stmt = bound_insert(Dialect.named(dialect), table, columns)
     return stmt.on_conflict_do_update(index_elements=list(conflict_on),
                                       set_={c: stmt.excluded[c] for c in columns if c not in conflict_on})
