@@ -13,7 +13,7 @@ from celery.signals import beat_init, celeryd_init
 
 import telemetry
 from settings import RuntimeSettings, for_process
-from tasks import embedded, redis_guard
+from tasks import embedded, redis_clients, redis_guard
 from tasks.celeryconfig import QUEUES, celery_config
 
 
@@ -73,6 +73,7 @@ class Runtime(Celery):
             embedded.configure(settings.embedded_poll_interval)
         elif settings.redis_broker:
             redis_guard.install()
+            redis_clients.install()
 
 
 # Every task's messages are checked before Celery builds a request from them, and the

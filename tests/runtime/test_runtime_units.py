@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from databases import REDIS_HOST, REDIS_PORT
 from runtime_support import base_env
 from store import OutboxItem, OutgoingMessage, Store
 from store.worker import Runs
@@ -213,6 +214,37 @@ def test_the_redis_guard_refuses_a_kombu_it_was_not_verified_against() -> None:
     for unverified in ("5.8.0", "6.0.0", "5.6.9", "garbage"):
         with pytest.raises(redis_guard.UnverifiedKombu, match=f"kombu {unverified} is installed"):
             redis_guard.check_version(unverified)
+
+
+def test_a_kombu_redis_channel_sends_every_command_through_one_client(redis_db: int) -> None:
+    """tasks/redis_clients.py: kombu built a redis.Redis per publish and per ack; now the
+    channel keeps one per connection pool, and makes a new one when its pool is new."""
+    import kombu
+
+    from tasks import redis_clients
+
+    redis_clients.install()
+    with kombu.Connection(f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_db}") as conn:
+        channel = conn.default_channel
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second and first.connection_pool is channel.pool
+        given = object()
+        with channel.conn_or_acquire(given) as passed:
+            assert passed is given  # a caller's own client (a pipeline's) is used as it is
+        queue = conn.SimpleQueue("wakeful-test-one-client")
+        for n in range(3):
+            queue.put({"n": n})
+        got = [queue.get(timeout=5) for _ in range(3)]
+        for message in got:
+            message.ack()
+        assert [m.payload["n"] for m in got] == [0, 1, 2]
+        with channel.conn_or_acquire() as after:
+            assert after is first  # publish, get and ack went through the same client
+        channel._pool = None  # what a channel's close does; a reconnect makes a new pool
+        with channel.conn_or_acquire() as renewed:
+            assert renewed is not first and renewed.connection_pool is channel.pool
+        queue.clear()
+        queue.close()
 
 
 class _CountingRuns(Runs):
