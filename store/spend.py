@@ -134,7 +134,9 @@ class Verdict:
     whether this refusal wrote the day's message to the user."""
 
     allowed: bool
-    resumes_at: int  # the next UTC day's first second: the budget is whole again
+    # The next UTC day's first second: the budget is whole again. None for a budget with no
+    # ceiling, whose check reads nothing (not even the database's clock).
+    resumes_at: int | None
     held: bool = True
     reached: str = ""
     told: bool = False
@@ -339,7 +341,11 @@ class Spend:
 
     def check(self, inbox: str, holder: str, gen: int, budget: Budget, *, now: int | None = None) -> Verdict:
         """May (holder, gen)'s run make a model call now? A refusal is recorded (the
-        operator's incident) and tells the inbox's user once a day, fenced by the lease."""
+        operator's incident) and tells the inbox's user once a day, fenced by the lease.
+        A budget with no ceiling is answered without a transaction: the claude agent asks
+        before every model call."""
+        if not budget.limited():
+            return Verdict(True, None)
         with self.transactions.transaction() as conn:
             return check(conn, inbox, holder, gen, budget, now)
 

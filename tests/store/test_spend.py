@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from sqlalchemy import event
+
 from store import Store
 from store.spend import DAY, Budget, Price, Usage, shard_of
 
@@ -46,6 +48,18 @@ def test_usage_is_read_from_the_sdk_reply_or_a_dict() -> None:
 
     assert Usage.of("m", SdkUsage()) == Usage("m", 12, 3, 0, 4)
     assert Usage.of("m", {"input_tokens": 5}).tokens == 5
+
+
+def test_a_budget_without_a_ceiling_is_checked_without_a_transaction(store: Store) -> None:
+    """The claude agent checks before every model call; with no ceiling there is nothing to
+    read, so no statement goes to the database (it took a transaction per call)."""
+    gen = _held(store, "a")
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    verdict = store.spend.check("a", "w", gen, Budget(agent="support"))
+    assert (verdict.allowed, verdict.resumes_at, statements) == (True, None, [])
+    limited = store.spend.check("a", "w", gen, Budget(agent="support", inbox_tokens=10), now=T)
+    assert limited.allowed and limited.resumes_at == DAY0 + DAY and statements  # a ceiling is read
 
 
 def test_a_reached_ceiling_refuses_records_and_tells_the_user_once_a_day(store: Store) -> None:
