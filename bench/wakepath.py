@@ -45,7 +45,7 @@ def today(store, inbox: str, agent) -> float:
 
 
 def combined(store, inbox: str, agent) -> float:
-    """start_run (acquire + claim + memory), agent, finish_and_claim (finish + release)."""
+    """store.runs.start (acquire + claim + memory), agent, finish_and_claim (finish + release)."""
     from store import Outcome
     from agent import Run
 
@@ -160,9 +160,9 @@ def main() -> int:
         unpinged = Store(create_engine(url, pool_size=1, pool_pre_ping=False), pinged.settings)
         rows = [
             ("tasks.runs.run_inbox as checked out (pool_pre_ping)", measure(pinged, today, n, "a")),
-            ("start_run + finish_and_claim (pool_pre_ping)", measure(pinged, combined, n, "b")),
-            ("start_run + finish_and_claim, one pinned connection", measure(pinged, pinned, n, "d")),
-            ("start_run + finish_and_claim (no pre-ping)", measure(unpinged, combined, n, "c")),
+            ("store.runs.start + finish_and_claim (pool_pre_ping)", measure(pinged, combined, n, "b")),
+            ("store.runs.start + finish_and_claim, one pinned connection", measure(pinged, pinned, n, "d")),
+            ("store.runs.start + finish_and_claim (no pre-ping)", measure(unpinged, combined, n, "c")),
             ("a drained wake: finish_and_claim(take_next=...), pinned", drained(pinged, n, "e")),
         ]
         print(f"| store side of one wake, {n} wakes, 1 event each | wake ms p50 | to agent ms p50 | "
