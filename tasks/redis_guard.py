@@ -10,11 +10,19 @@ The same happens one step later to a task that was running across the reconnect:
 ack goes to the old channel, whose connection is gone (``'NoneType' object has no attribute
 'client'``), and the worker exits again.
 
+A third crash is a hang: after a reconnect the poller can report the remote-control
+subscriber's descriptor readable while its connection has nothing to read (seen here once
+in six Redis restarts under load: the control worker's main thread blocked in
+``PubSub.parse_response`` for good: redis-py 8 reads a subscriber with no socket timeout, and
+beat's sweeps queued unconsumed behind it). kombu's ``Channel._receive`` reads the subscriber
+once before it asks whether anything is there; the guard asks first, as kombu already does
+for every read after the first, and reads nothing when nothing is there.
+
 Nothing needs restoring or acking for wakeful: a Celery message is only a doorbell, the Redis
 that held it is gone anyway, and the sweep rings every inbox that has work and no live lease
 (a doorbell delivered twice costs one refused ``acquire``). So this guard turns both crashes
 into warnings and lets Celery carry on with its new connection. It catches AttributeError
-only, from these three methods only.
+only, from these three methods only; the subscriber's read is the fourth method it wraps.
 
 Upstream: the same failure family as kombu#970 and kombu#582 (closed, but the path is still
 there in 5.7), and celery#10205 (a worker that stops consuming after a Redis connection
@@ -100,4 +108,22 @@ def install() -> None:
             pass
 
     QoS.restore_unacked, QoS.ack, QoS.reject = restore_unacked, ack, reject
+    kombu_redis.Channel._receive = _receive_when_readable(kombu_redis.Channel._receive)
     _installed = True
+
+
+def _receive_when_readable(original_receive):  # type: ignore[no-untyped-def]
+    def _receive(self):  # type: ignore[no-untyped-def]
+        connection = self.subclient.connection
+        if connection is not None:
+            try:
+                readable = connection.can_read(timeout=0)  # a closed socket raises here
+            except self.connection_errors:
+                self._in_listen = None  # as kombu's own read does on a lost connection
+                raise
+            if not readable:
+                log.debug("remote-control subscriber reported readable with nothing to read")
+                return False
+        return original_receive(self)
+
+    return _receive

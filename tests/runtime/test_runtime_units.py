@@ -247,6 +247,31 @@ def test_a_kombu_redis_channel_sends_every_command_through_one_client(redis_db: 
         queue.close()
 
 
+def test_the_remote_control_subscriber_is_read_only_when_it_has_something_to_read(redis_db: int) -> None:
+    """tasks/redis_guard.py: after a Redis restart the poller reported the subscriber's
+    descriptor readable with nothing on its connection, and kombu's first blocking read hung
+    the control worker's main thread. Read through the guard, an empty subscriber answers
+    that nothing was read; unguarded, the same read blocks for good."""
+    import kombu
+
+    from tasks import redis_guard
+
+    redis_guard.install()
+    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_db}"
+    with kombu.Connection(url) as conn:
+        channel = conn.default_channel
+        subscriber = channel.subclient
+        subscriber.subscribe("wakeful-test-guarded-subscriber")
+        assert subscriber.parse_response()[0] in (b"subscribe", "subscribe")  # the confirmation
+        assert not subscriber.connection.can_read(timeout=0)  # nothing more is there
+        answers: list[bool] = []
+        reader = threading.Thread(target=lambda: answers.append(channel._receive()), daemon=True)
+        reader.start()
+        reader.join(30)  # unguarded, this read never returns (redis-py 8 sets no timeout on it)
+        assert answers == [False], "the subscriber was read with nothing to read: it blocks"
+        subscriber.unsubscribe()
+
+
 class _CountingRuns(Runs):
     """The real store's runs, counting the keeper's statements."""
 
