@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents-concurrency", type=int, default=1200,
                         help="agents section: the run worker's concurrency (and the peer's); default 1200, so "
                              ">= 1,000 runs can be in flight at L = 10 s")
+    parser.add_argument("--agents-processes", type=int, default=1, metavar="K",
+                        help="agents section: the run worker as K processes sharing the concurrency (and the "
+                             "peer likewise); default 1. A dense worker is one interpreter: K = the cores "
+                             "lets an agent whose runs cost CPU (the SDK's) use them all")
     parser.add_argument("--agents-forms", nargs="+", choices=("sleep", "claude", "proxy", "before"),
                         help="agents section: only these forms (default all; peers run with the forms they serve)")
     parser.add_argument("--agents-waits", nargs="+", type=float, metavar="L",
@@ -62,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
                   agent_sizes=AgentSizes.quick().but(args.agents_waits, args.agents_inboxes) if args.quick
                   else AgentSizes.full().but(args.agents_waits, args.agents_inboxes),
                   agents_pool=args.agents_pool, agents_concurrency=args.agents_concurrency,
+                  agents_processes=max(1, args.agents_processes),
                   agents_forms=tuple(args.agents_forms or ()))
     sections = args.only or SECTIONS
     ctx.progress(f"wakeful bench ({'quick' if args.quick else 'full'}): {', '.join(sections)}; work dir {home}")

@@ -87,4 +87,5 @@ class Context:
     agent_sizes: Any = None
     agents_pool: str = "threads"
     agents_concurrency: int = 1200
+    agents_processes: int = 1
     agents_forms: tuple[str, ...] = ()

@@ -9,6 +9,8 @@ service would, and an agent that waits L seconds before it answers, in these for
   Messages API (agent/scripted.py, its own process) answering L seconds after each request;
 - ``claude+proxy``: the same through ``wakeful proxy`` (its own process): the worker holds a
   grant per run, the proxy holds the key;
+- with ``--agents-processes K``, each run worker (and the Celery peer) is K processes
+  sharing the concurrency, its figures summed;
 - ``before``: the Procfile's worker shape (prefork, 2 processes) with the sleeping agent, at a
   small N: the figure the issue starts from.
 
@@ -252,6 +254,26 @@ class Sampler(threading.Thread):
 
 
 @dataclass
+class Workers:
+    """One form's worker as K processes sharing its concurrency (``--agents-processes``), to
+    measure what a second interpreter on the box buys (docs/performance.md, "3 December,
+    afternoon": little for the claude agent, a loss for the sleeping one). Its figures are the
+    processes' sums: RSS the sum of each one's peak, connections and CPU summed."""
+
+    members: list[Any]  # env.Worker
+    pool: str
+    concurrency: int  # all the processes together
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {w.name: w.popen.pid for w in self.members}
+
+    def stop(self, timeout: float = 20) -> None:
+        for w in self.members:
+            w.stop(timeout=timeout)
+
+
+@dataclass
 class Rig:
     ctx: Any
     db: str
@@ -259,6 +281,7 @@ class Rig:
     home: Path
     pool: str
     concurrency: int
+    processes: int = 1  # each run worker (and the peer) as this many processes
     sender: Any = None
     model_port: int = 0
     model: subprocess.Popen | None = None
@@ -297,15 +320,26 @@ class Rig:
     # -- workers
 
     def worker(self, name: str, app: str, queues: tuple[str, ...], pool: str, concurrency: int,
-               **extra: str) -> Any:
+               processes: int = 1, **extra: str) -> "Workers":
+        """``processes`` workers sharing ``concurrency``. Each dense one gets
+        ``WAKEFUL_DATABASE_POOL_SIZE`` = its share of the one-process pool (10), so the
+        processes together hold what one would: 20 connections at most, overflow included."""
         from bench import env
 
-        w = env.Worker(f"agents-{name}", app, queues, self.env(f"bench-{name}", **extra), self.home,
-                       concurrency=concurrency, pool=pool)
-        w.start()
-        self.procs[name], self.logs[name] = w, w.log
-        w.wait_ready(self.sender.control, timeout=120)  # a ping on this section's broker
-        return w
+        if processes > 1 and app == "tasks" and pool == "threads":
+            extra.setdefault("WAKEFUL_DATABASE_POOL_SIZE", str(max(1, 10 // processes)))
+        members = []
+        for k in range(processes):
+            member = name if k == 0 else f"{name}-{k + 1}"
+            w = env.Worker(f"agents-{member}", app, queues, self.env(f"bench-{name}", **extra), self.home,
+                           concurrency=max(1, concurrency // processes), pool=pool)
+            w.start()
+            self.logs[member] = w.log
+            members.append(w)
+        group = self.procs[name] = Workers(members, pool, sum(w.concurrency for w in members))
+        for w in members:
+            w.wait_ready(self.sender.control, timeout=120)  # a ping on this section's broker
+        return group
 
     def stop(self, name: str, timeout: float = 20) -> None:
         proc = self.procs.pop(name, None)
@@ -424,6 +458,7 @@ class Figures:
     n: int
     pool: str
     concurrency: int
+    processes: int = 1
     done: int = 0
     seconds: float = 0.0
     cut: bool = False
@@ -463,11 +498,11 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
     from bench import env
 
     worker = rig.procs[worker_name]
-    fig = Figures(form, wait, n, worker.pool, worker.concurrency)
+    fig = Figures(form, wait, n, worker.pool, worker.concurrency, len(worker.members))
     prefix = _prefix(form, wait)
     offsets = fig.offsets = rig.log_offsets()
-    fig.idle_rss_mb = tree_rss_kb(worker.popen.pid) / 1024
-    pids = {"worker": worker.popen.pid}
+    fig.idle_rss_mb = sum(tree_rss_kb(pid) for pid in worker.pids.values()) / 1024
+    pids = dict(worker.pids)
     if watch_proxy:
         pids["proxy"] = rig.procs["proxy"].pid
     sampler = Sampler(rig.db, pids, prefix)
@@ -516,10 +551,10 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
     else:
         fig.in_flight = peak_overlap(spans)
     fig.leases = sampler.leases
-    fig.rss_mb = sampler.rss_kb["worker"] / 1024
-    fig.connections = sampler.connections["worker"]
+    fig.rss_mb = sum(sampler.rss_kb[m] for m in worker.pids) / 1024  # the sum of each one's peak
+    fig.connections = sum(sampler.connections[m] for m in worker.pids)
     fig.extra["db_connections_all_processes"] = sampler.db_total
-    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sampler.cpu_s["worker"] / max(1, fig.done), 1)
+    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sum(sampler.cpu_s[m] for m in worker.pids) / max(1, fig.done), 1)
     if watch_proxy:
         fig.extra["proxy_cpu_ms_per_run"] = round(1000 * sampler.cpu_s["proxy"] / max(1, fig.done), 1)
         fig.extra["proxy_rss_mb"] = round(sampler.rss_kb["proxy"] / 1024, 1)
@@ -544,12 +579,12 @@ def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
     from bench import env, peer
 
     worker = rig.procs[worker_name]
-    fig = Figures("celery", wait, n, worker.pool, worker.concurrency)
+    fig = Figures("celery", wait, n, worker.pool, worker.concurrency, len(worker.members))
     r = env.redis_client_for(rig.broker)
     r.delete(peer.SPANS_KEY)
     offsets = rig.log_offsets()
-    fig.idle_rss_mb = tree_rss_kb(worker.popen.pid) / 1024
-    sampler = Sampler(rig.db, {"worker": worker.popen.pid}, None)
+    fig.idle_rss_mb = sum(tree_rss_kb(pid) for pid in worker.pids.values()) / 1024
+    sampler = Sampler(rig.db, dict(worker.pids), None)
     sampler.start()
     first = time.time()
     for _ in range(n):
@@ -564,8 +599,8 @@ def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
     lat = [e - s for s, _, e in rows]
     fig.p50, fig.p99 = percentile(lat, 50), percentile(lat, 99)
     fig.in_flight = peak_overlap([(b, e) for _, b, e in rows])
-    fig.rss_mb = sampler.rss_kb["worker"] / 1024
-    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sampler.cpu_s["worker"] / max(1, fig.done), 1)
+    fig.rss_mb = sum(sampler.rss_kb[m] for m in worker.pids) / 1024
+    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sum(sampler.cpu_s[m] for m in worker.pids) / max(1, fig.done), 1)
     fig.errors = rig.error_lines(offsets)
     return fig
 
@@ -672,7 +707,7 @@ def run(ctx: Any) -> None:
     from tasks.celeryconfig import CONTROL_QUEUE, DEFAULT_QUEUE, OUTBOX_QUEUE, RUNS_QUEUE
 
     sizes: AgentSizes = ctx.agent_sizes
-    pool, concurrency = ctx.agents_pool, ctx.agents_concurrency
+    pool, concurrency, processes = ctx.agents_pool, ctx.agents_concurrency, ctx.agents_processes
     forms = ctx.agents_forms or FORMS
     db = env.create_database(f"wakeful_bench_agents_{os.getpid()}")
     results: list[Figures] = []
@@ -685,7 +720,7 @@ def run(ctx: Any) -> None:
         with env.reserved_redis_db() as broker:
             sender = Celery("bench_agents_sender", broker=broker)
             sender.conf.broker_connection_retry_on_startup = True
-            rig = Rig(ctx, db, broker, ctx.home / "agents", pool, concurrency, sender=sender,
+            rig = Rig(ctx, db, broker, ctx.home / "agents", pool, concurrency, processes, sender=sender,
                       model_port=_free_port(), proxy_url=f"http://127.0.0.1:{_free_port()}")
             rig.home.mkdir(parents=True, exist_ok=True)
             try:
@@ -705,7 +740,8 @@ def _run_forms(ctx: Any, rig: Rig, sizes: AgentSizes, forms: tuple[str, ...], re
     from bench import env
 
     say = ctx.progress
-    say(f"agents: control worker (prefork x2), runs worker -P {rig.pool} -c {rig.concurrency}; L = "
+    say(f"agents: control worker (prefork x2), runs worker -P {rig.pool} -c {rig.concurrency}"
+        f"{f' as {rig.processes} processes' if rig.processes > 1 else ''}; L = "
         f"{', '.join(f'{w:g} s' for w in sizes.waits)}; N = {sizes.inboxes}")
     rig.worker("control", "tasks", control_queues, "prefork", 2)
 
@@ -723,14 +759,14 @@ def _run_forms(ctx: Any, rig: Rig, sizes: AgentSizes, forms: tuple[str, ...], re
             restart()
 
     if "sleep" in forms:
-        start = lambda: rig.worker("runs", "tasks", run_queues, rig.pool, rig.concurrency, WAKEFUL_AGENT=SLEEPER)  # noqa: E731
+        start = lambda: rig.worker("runs", "tasks", run_queues, rig.pool, rig.concurrency, rig.processes, WAKEFUL_AGENT=SLEEPER)  # noqa: E731
         start()
         _warm(rig, "sleep")
         for wait in sizes.waits:
             fresh_after_cut(f := wakeful_form(rig, "sleep", "runs", wait, sizes.inboxes[wait], model=False), "runs", start)
             done(f)
         rig.stop("runs")
-        rig.worker("peer", "bench.peer", peer_queues, rig.pool, rig.concurrency)
+        rig.worker("peer", "bench.peer", peer_queues, rig.pool, rig.concurrency, rig.processes)
         for wait in sizes.waits:
             done(peer_form(rig, "peer", wait, sizes.inboxes[wait]))
         rig.stop("peer")
@@ -742,7 +778,7 @@ def _run_forms(ctx: Any, rig: Rig, sizes: AgentSizes, forms: tuple[str, ...], re
         rig.config = write_config(rig.home / "agent.toml", rig.model_url, proxied=False)
         claude_env = {"WAKEFUL_AGENT": "claude", "WAKEFUL_AGENT_CONFIG": str(rig.config),
                       "ANTHROPIC_BASE_URL": rig.model_url, "ANTHROPIC_API_KEY": MODEL_KEY}
-        start = lambda: rig.worker("claude", "tasks", run_queues, rig.pool, rig.concurrency, **claude_env)  # noqa: E731
+        start = lambda: rig.worker("claude", "tasks", run_queues, rig.pool, rig.concurrency, rig.processes, **claude_env)  # noqa: E731
         start()
         for wait in sizes.waits:
             rig.start_model(wait)
@@ -764,7 +800,7 @@ def _run_forms(ctx: Any, rig: Rig, sizes: AgentSizes, forms: tuple[str, ...], re
             grants = mint_grants(rig, wait, sizes.inboxes[wait])
             done(limit_form(rig, wait, sizes.inboxes[wait], grants))
             rig.stop("proxy")
-        start = lambda: rig.worker("claude-proxy", "tasks", run_queues, rig.pool, rig.concurrency, **proxy_env)  # noqa: E731
+        start = lambda: rig.worker("claude-proxy", "tasks", run_queues, rig.pool, rig.concurrency, rig.processes, **proxy_env)  # noqa: E731
         rig.start_proxy()
         start()
         for wait in sizes.waits:
@@ -837,8 +873,13 @@ def _f(v: float | None, unit: str = "") -> str:
     return s + unit
 
 
+def _shape(f: Figures) -> str:
+    """pool x concurrency, and the processes sharing it when more than one."""
+    return f"{f.pool} x {f.concurrency}" + (f" ({f.processes} processes)" if f.processes > 1 else "")
+
+
 def _line(f: Figures) -> str:
-    return (f"{f.form} L={f.wait:g}s N={f.n} ({f.pool} x{f.concurrency}): {f.done}/{f.n} in {f.seconds:.1f}s"
+    return (f"{f.form} L={f.wait:g}s N={f.n} ({_shape(f)}): {f.done}/{f.n} in {f.seconds:.1f}s"
             f"{' CUT' if f.cut else ''}, {_f(f.runs_per_s)} runs/s, in flight {f.in_flight}"
             f"{'' if f.leases is None else f' (leases {f.leases})'}, p50 {_f(f.p50, ' s')} p99 {_f(f.p99, ' s')}, "
             f"RSS {_f(f.rss_mb, ' MB')} ({_f(f.rss_per_run_mb, ' MB')}/run), "
@@ -872,7 +913,7 @@ def table(notes: dict[str, Any]) -> list[str]:
         vs_peer = _ratio(f, peer) if f.form not in ("celery", "celery-prefork", "asyncio", "asyncio+proxy") else None
         vs_limit = _ratio(f, limit) if f.form != "asyncio" else None
         leases = f" ({f.leases})" if f.leases is not None else ""
-        out.append(f"| {f.form} | {f.wait:g} s | {f.pool} x {f.concurrency} | {f.done} / {f.n}{' (cut)' if f.cut else ''} "
+        out.append(f"| {f.form} | {f.wait:g} s | {_shape(f)} | {f.done} / {f.n}{' (cut)' if f.cut else ''} "
                    f"| {_f(f.runs_per_s)} | {f.in_flight}{leases} | {_f(f.p50, ' s')} | {_f(f.p99, ' s')} "
                    f"| {_f(f.rss_mb, ' MB')} | {_f(f.rss_per_run_mb, ' MB')} "
                    f"| {'-' if f.connections is None else f.connections} | {sum(f.errors.values())} "
