@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
                              ">= 1,000 runs can be in flight at L = 10 s")
     parser.add_argument("--agents-processes", type=int, default=1, metavar="K",
                         help="agents section: the run worker as K processes sharing the concurrency (and the "
-                             "peer likewise); default 1. A dense worker is one interpreter: K = the cores "
-                             "lets an agent whose runs cost CPU (the SDK's) use them all")
+                             "peer likewise); default 1: what a second interpreter on the box buys "
+                             "(docs/performance.md, '3 December, afternoon')")
     parser.add_argument("--agents-forms", nargs="+", choices=("sleep", "claude", "proxy", "before"),
                         help="agents section: only these forms (default all; peers run with the forms they serve)")
     parser.add_argument("--agents-waits", nargs="+", type=float, metavar="L",

@@ -10,13 +10,14 @@ The same happens one step later to a task that was running across the reconnect:
 ack goes to the old channel, whose connection is gone (``'NoneType' object has no attribute
 'client'``), and the worker exits again.
 
-A third crash is a hang: after a reconnect the poller can report the remote-control
-subscriber's descriptor readable while its connection has nothing to read (seen here once
-in six Redis restarts under load: the control worker's main thread blocked in
-``PubSub.parse_response`` for good: redis-py 8 reads a subscriber with no socket timeout, and
-beat's sweeps queued unconsumed behind it). kombu's ``Channel._receive`` reads the subscriber
-once before it asks whether anything is there; the guard asks first, as kombu already does
-for every read after the first, and reads nothing when nothing is there.
+The third failure is a hang: after a reconnect the poller can report the remote-control
+subscriber's descriptor readable while its connection has nothing to read (seen here in one
+run of six of tests/runtime/test_runtime_redis_restart.py under load: the control worker's
+main thread blocked in ``PubSub.parse_response`` for good, since redis-py 8 reads a
+subscriber with no socket timeout, and beat's sweeps queued unconsumed behind it).
+kombu's ``Channel._receive`` reads the subscriber once before it asks whether anything is
+there; the guard asks first, as kombu already does for every read after the first, and
+reads nothing when nothing is there.
 
 Nothing needs restoring or acking for wakeful: a Celery message is only a doorbell, the Redis
 that held it is gone anyway, and the sweep rings every inbox that has work and no live lease
