@@ -260,13 +260,24 @@ class Workers:
     afternoon": little for the claude agent, a loss for the sleeping one). Its figures are the
     processes' sums: RSS the sum of each one's peak, connections and CPU summed."""
 
-    members: list[Any]  # env.Worker
-    pool: str
-    concurrency: int  # all the processes together
+    members: list[Any]  # env.Worker, all of one pool
+
+    @property
+    def pool(self) -> str:
+        return self.members[0].pool
+
+    @property
+    def concurrency(self) -> int:
+        """All the processes' together."""
+        return sum(w.concurrency for w in self.members)
 
     @property
     def pids(self) -> dict[str, int]:
         return {w.name: w.popen.pid for w in self.members}
+
+    def total(self, per_process: dict[str, Any]) -> Any:
+        """A Sampler's figure (keyed by process name) summed over these processes."""
+        return sum(per_process[name] for name in self.pids)
 
     def stop(self, timeout: float = 20) -> None:
         for w in self.members:
@@ -336,7 +347,7 @@ class Rig:
             w.start()
             self.logs[member] = w.log
             members.append(w)
-        group = self.procs[name] = Workers(members, pool, sum(w.concurrency for w in members))
+        group = self.procs[name] = Workers(members)
         for w in members:
             w.wait_ready(self.sender.control, timeout=120)  # a ping on this section's broker
         return group
@@ -501,7 +512,7 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
     fig = Figures(form, wait, n, worker.pool, worker.concurrency, len(worker.members))
     prefix = _prefix(form, wait)
     offsets = fig.offsets = rig.log_offsets()
-    fig.idle_rss_mb = sum(tree_rss_kb(pid) for pid in worker.pids.values()) / 1024
+    fig.idle_rss_mb = sum(map(tree_rss_kb, worker.pids.values())) / 1024
     pids = dict(worker.pids)
     if watch_proxy:
         pids["proxy"] = rig.procs["proxy"].pid
@@ -551,10 +562,10 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
     else:
         fig.in_flight = peak_overlap(spans)
     fig.leases = sampler.leases
-    fig.rss_mb = sum(sampler.rss_kb[m] for m in worker.pids) / 1024  # the sum of each one's peak
-    fig.connections = sum(sampler.connections[m] for m in worker.pids)
+    fig.rss_mb = worker.total(sampler.rss_kb) / 1024  # the sum of each one's peak
+    fig.connections = worker.total(sampler.connections)
     fig.extra["db_connections_all_processes"] = sampler.db_total
-    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sum(sampler.cpu_s[m] for m in worker.pids) / max(1, fig.done), 1)
+    fig.extra["worker_cpu_ms_per_run"] = round(1000 * worker.total(sampler.cpu_s) / max(1, fig.done), 1)
     if watch_proxy:
         fig.extra["proxy_cpu_ms_per_run"] = round(1000 * sampler.cpu_s["proxy"] / max(1, fig.done), 1)
         fig.extra["proxy_rss_mb"] = round(sampler.rss_kb["proxy"] / 1024, 1)
@@ -583,7 +594,7 @@ def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
     r = env.redis_client_for(rig.broker)
     r.delete(peer.SPANS_KEY)
     offsets = rig.log_offsets()
-    fig.idle_rss_mb = sum(tree_rss_kb(pid) for pid in worker.pids.values()) / 1024
+    fig.idle_rss_mb = sum(map(tree_rss_kb, worker.pids.values())) / 1024
     sampler = Sampler(rig.db, dict(worker.pids), None)
     sampler.start()
     first = time.time()
@@ -599,8 +610,8 @@ def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
     lat = [e - s for s, _, e in rows]
     fig.p50, fig.p99 = percentile(lat, 50), percentile(lat, 99)
     fig.in_flight = peak_overlap([(b, e) for _, b, e in rows])
-    fig.rss_mb = sum(sampler.rss_kb[m] for m in worker.pids) / 1024
-    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sum(sampler.cpu_s[m] for m in worker.pids) / max(1, fig.done), 1)
+    fig.rss_mb = worker.total(sampler.rss_kb) / 1024
+    fig.extra["worker_cpu_ms_per_run"] = round(1000 * worker.total(sampler.cpu_s) / max(1, fig.done), 1)
     fig.errors = rig.error_lines(offsets)
     return fig
 
