@@ -275,6 +275,10 @@ class Workers:
     def pids(self) -> dict[str, int]:
         return {w.name: w.popen.pid for w in self.members}
 
+    def rss_now_mb(self) -> float:
+        """The processes' resident memory now (each with its pool's children), summed."""
+        return sum(map(tree_rss_kb, self.pids.values())) / 1024
+
     def total(self, per_process: dict[str, Any]) -> Any:
         """A Sampler's figure (keyed by process name) summed over these processes."""
         return sum(per_process[name] for name in self.pids)
@@ -512,7 +516,7 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
     fig = Figures(form, wait, n, worker.pool, worker.concurrency, len(worker.members))
     prefix = _prefix(form, wait)
     offsets = fig.offsets = rig.log_offsets()
-    fig.idle_rss_mb = sum(map(tree_rss_kb, worker.pids.values())) / 1024
+    fig.idle_rss_mb = worker.rss_now_mb()
     pids = dict(worker.pids)
     if watch_proxy:
         pids["proxy"] = rig.procs["proxy"].pid
@@ -594,7 +598,7 @@ def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
     r = env.redis_client_for(rig.broker)
     r.delete(peer.SPANS_KEY)
     offsets = rig.log_offsets()
-    fig.idle_rss_mb = sum(map(tree_rss_kb, worker.pids.values())) / 1024
+    fig.idle_rss_mb = worker.rss_now_mb()
     sampler = Sampler(rig.db, dict(worker.pids), None)
     sampler.start()
     first = time.time()
