@@ -269,10 +269,10 @@ class RuntimeSettings(StoreSettings, _Shared):
     # Where task results go when a caller asks for one (send_task(..., ignore_result=False)).
     # Empty: the broker's Redis, rpc:// on RabbitMQ, or a SQLite file next to the embedded broker.
     result_backend: str = secret()
-    # Connections a dense (threads pool) worker's store keeps, and as many again of overflow;
-    # 0: min(10, the worker's concurrency). A run holds one only inside a transaction (a few
-    # ms of its seconds), so 10 carry ~1,000 runs in flight: 64 such workers through
-    # PgBouncer still need no more server connections than PgBouncer's own pool.
+    # Connections a dense (threads pool) worker's store keeps open (no overflow: see
+    # tasks/runtime.py); 0: min(20, the worker's concurrency). A run holds one only inside a
+    # transaction (a few ms of its seconds), so 20 carry ~1,000 runs in flight: 64 such
+    # workers through PgBouncer still need no more server connections than PgBouncer's own pool.
     database_pool_size: NonNegative = 0
     # The agent: module:callable taking a Run and returning an Outcome (or claude, demo).
     agent: str = "agent.demo:agent"

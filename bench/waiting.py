@@ -337,12 +337,12 @@ class Rig:
     def worker(self, name: str, app: str, queues: tuple[str, ...], pool: str, concurrency: int,
                processes: int = 1, **extra: str) -> "Workers":
         """``processes`` workers sharing ``concurrency``. Each dense one gets
-        ``WAKEFUL_DATABASE_POOL_SIZE`` = its share of the one-process pool (10), so the
-        processes together hold what one would: 20 connections at most, overflow included."""
+        ``WAKEFUL_DATABASE_POOL_SIZE`` = its share of the one-process pool (20), so the
+        processes together hold what one would: 20 connections at most."""
         from bench import env
 
         if processes > 1 and app == "tasks" and pool == "threads":
-            extra.setdefault("WAKEFUL_DATABASE_POOL_SIZE", str(max(1, 10 // processes)))
+            extra.setdefault("WAKEFUL_DATABASE_POOL_SIZE", str(max(1, 20 // processes)))
         members = []
         for k in range(processes):
             member = name if k == 0 else f"{name}-{k + 1}"

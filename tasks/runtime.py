@@ -4,8 +4,11 @@ a connection pool sized for the worker's pool: what this process runs at once.
 A prefork child runs one task at a time: 2 connections (its task's and the lease keeper's)
 and a few of overflow. A dense worker (Celery's ``threads`` pool: hundreds of runs in flight
 in one process) holds a connection only inside a transaction, a few milliseconds of each
-run's seconds (``store.transactions.unpinned``): ``WAKEFUL_DATABASE_POOL_SIZE`` connections, 10 by
-default, and as many of overflow for bursts, carry a thousand runs in flight.
+run's seconds (``store.transactions.unpinned``): ``WAKEFUL_DATABASE_POOL_SIZE`` connections, 20 by
+default, kept open, carry a thousand runs in flight. No overflow: SQLAlchemy closes an
+overflow connection as soon as it comes back to a pool that has its size idle, and a dense
+worker's bursts opened and closed them all the time (measured: 69 PostgreSQL server processes
+served one 7 s bench run of a pool of 10 + 10; docs/performance.md, "3 December, night").
 """
 
 from __future__ import annotations
@@ -52,8 +55,7 @@ def pool_sizes() -> tuple[int, int]:
     # fork server imports it, and the app sets up traces for the role it reads from argv.
     from tasks.application import runtime_settings
 
-    size = runtime_settings().database_pool_size or min(10, _worker["concurrency"])
-    return size, size
+    return runtime_settings().database_pool_size or min(20, _worker["concurrency"]), 0
 
 _lock = threading.Lock()
 _store: Store | None = None
