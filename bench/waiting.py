@@ -535,10 +535,14 @@ def wakeful_form(rig: Rig, form: str, worker_name: str, wait: float, n: int, *, 
         deadline = time.time() + _ideal(wait, n, worker.concurrency) + rig.ctx.agent_sizes.settle
         while len(seen) < n and time.time() < deadline:
             # By inbox, not "id > the last seen": finishes commit out of id order, and a row
-            # committed after a higher id was read would never be seen.
+            # committed after a higher id was read would never be seen. Joined to the unseen
+            # names rather than filtered by `inbox = ANY(...)`, which searches the array row by
+            # row: the poll's own PostgreSQL CPU is taken from the form it measures
+            # (docs/performance.md, "4 December, evening").
             unseen = [i for i in sent if i not in seen]
-            rows = conn.execute("SELECT id, inbox, body FROM outbox WHERE id > %s AND inbox = ANY(%s)",
-                                (last, unseen)).fetchall()
+            rows = conn.execute("SELECT o.id, o.inbox, o.body FROM outbox o "
+                                "JOIN unnest(%s::text[]) AS u(inbox) ON o.inbox = u.inbox WHERE o.id > %s",
+                                (unseen, last)).fetchall()
             now = time.time()
             for _row_id, inbox, body in rows:
                 if inbox not in seen:
