@@ -13,6 +13,8 @@ Quick and deterministic, with payload switches for the poison scenario:
 - ``hold``: wait (announced like ``sleep``) until the file this names exists: a model call
   that answers when the test says so;
 - ``say``: the run writes one outbox message with this text (``urgent`` too, optionally);
+- ``gc``: the run writes one outbox message saying how this process's cyclic collector is
+  set (its thresholds and how many objects it keeps frozen), as JSON;
 - ``ask``: one call to the model (the real SDK, no retries of its own, against the scripted
   Messages API at ``WAKEFUL_TEST_MODEL_URL``), whose reply is the run's message; the API
   away is the claude agent's "try later" (agent.claude.model_reply).
@@ -20,6 +22,8 @@ Quick and deterministic, with payload switches for the poison scenario:
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import time
 
@@ -52,6 +56,8 @@ def agent(run: Run) -> Outcome:
                 run.heartbeat()
         if p.get("say"):
             messages.append(Message(str(p["say"]), urgent=bool(p.get("urgent"))))
+        if p.get("gc"):
+            messages.append(Message(json.dumps({"thresholds": gc.get_threshold(), "frozen": gc.get_freeze_count()})))
         if p.get("ask"):
             messages.append(Message(_ask(str(p["ask"]))))
     return Outcome(messages=messages)

@@ -10,6 +10,7 @@ from those announcements, never inferred from a time.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from databases import REDIS_HOST, REDIS_PORT
 from sqlalchemy import create_engine, text
 
 from cli.processes import RUN_CONCURRENCY, RUN_POOL
+from tasks.runtime import DENSE_GC_THRESHOLDS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from checker import read_jsonl  # noqa: E402
@@ -204,3 +206,17 @@ def test_a_run_past_the_time_limit_in_the_dense_pool_ends_and_its_lease_is_relea
         assert worker.alive()  # its threads were not lost with the runs
     finally:
         s.close()
+
+
+def test_a_dense_worker_freezes_what_it_loaded_out_of_the_collector_and_collects_less_often(
+        stack: Stack) -> None:
+    """A full collection stops every run in the process: the dense worker's collector skips
+    what the worker loaded before it was ready and runs its youngest generation less often
+    (tasks/runtime.py ``DENSE_GC_THRESHOLDS``); asked from inside a run in that worker."""
+    worker = stack.worker("runs-dense", pool=RUN_POOL, concurrency=8)
+    stack.ready(worker)
+    stack.feed([("collector", "chat", "m-1", {"gc": True})])
+    rows = stack.wait(lambda: stack.store.outbox("collector"), "the run's report of its collector", timeout=60)
+    report = json.loads(rows[0].body)
+    assert tuple(report["thresholds"]) == DENSE_GC_THRESHOLDS
+    assert report["frozen"] > 10_000  # the app, Celery and the store, not a handful of objects
