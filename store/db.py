@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -172,10 +172,15 @@ def insert(conn: Connection, table: Table) -> Insert:
     return Dialect.of(conn).insert(table)
 
 
-def upsert(conn: Connection, table: Table, values: dict[str, Any], conflict_on: list[str]) -> None:
-    """Insert ``values``, or overwrite every other column of the row that has the same key."""
-    stmt = _upsert(Dialect.of(conn).name, table, tuple(values), tuple(conflict_on))
-    conn.execute(stmt, {f"p_{c}": v for c, v in values.items()})
+def upsert(conn: Connection, table: Table, rows: Sequence[dict[str, Any]], conflict_on: list[str]) -> None:
+    """Insert each of ``rows`` (the same columns in each), or overwrite every other column of
+    the row that has the same key. One execute for all of them (psycopg pipelines the
+    executemany): a claude run's three memory keys cost one call, not three."""
+    if not rows:
+        return
+    stmt = _upsert(Dialect.of(conn).name, table, tuple(rows[0]), tuple(conflict_on))
+    params = [{f"p_{c}": v for c, v in row.items()} for row in rows]
+    conn.execute(stmt, params if len(params) > 1 else params[0])
 
 
 def bound_insert(dialect: Dialect, table: Table, columns: Iterable[str]) -> Insert:

@@ -19,11 +19,13 @@ def read(conn: Connection, inbox: str) -> dict[str, Any]:
 
 
 def write(conn: Connection, s: StoreSettings, inbox: str, writes: dict[str, Any], now: int) -> None:
-    """Upsert each key; a value of None deletes it."""
+    """Upsert each key, all in one statement; a value of None deletes it."""
+    rows = []
     for key, value in writes.items():
         validate.name("memory key", key, 255)
         if value is None:
             conn.execute(delete(memory).where(and_(memory.c.inbox == inbox, memory.c.key == key)))
         else:
             validate.payload({"value": value}, s.max_payload_bytes)
-            upsert(conn, memory, {"inbox": inbox, "key": key, "value": value, "updated": now}, ["inbox", "key"])
+            rows.append({"inbox": inbox, "key": key, "value": value, "updated": now})
+    upsert(conn, memory, rows, ["inbox", "key"])

@@ -59,7 +59,7 @@ def add(
     upsert(
         conn,
         timers,
-        {
+        [{
             "inbox": inbox,
             "timer_id": timer_id,
             "due": int(due),
@@ -71,7 +71,7 @@ def add(
             "key_source": key[0] if key else None,
             "key_source_id": key[1] if key else None,
             "done": False,
-        },
+        }],
         ["inbox", "timer_id"],
     )
 

@@ -246,6 +246,30 @@ def test_finish_applies_the_whole_outcome_in_one_transaction(store: Store) -> No
     assert store.runs.memory("a") == {"prefs": {"tone": "long"}}
 
 
+def test_a_finish_writes_all_its_memory_keys_in_one_statement(store: Store) -> None:
+    """The claude agent writes three keys a run: one execute for them, inserted or
+    overwritten, beside a key deleted in the same finish."""
+    from sqlalchemy import event
+
+    fill(store, "a", "m-1")
+    run_once(store, "a", "A", T, Outcome(memory={"old": 1, "convo": [1], "log": "x"}))
+    memory_writes: list[str] = []
+
+    def seen(_conn, _cursor, statement, *_args) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO MEMORY"):
+            memory_writes.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        fill(store, "a", "m-2", now=T + 1)
+        run_once(store, "a", "A", T + 1, Outcome(memory={"old": None, "convo": [1, 2], "log": "y",
+                                                         "totals": {"in": 3}}))
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    assert len(memory_writes) == 1
+    assert store.runs.memory("a") == {"convo": [1, 2], "log": "y", "totals": {"in": 3}}
+
+
 def test_a_run_gets_the_memory_with_its_batch(store: Store) -> None:
     """start_run and finish_and_claim read the memory in the claim's transaction: a second
     run sees what the first one wrote, with no read of its own."""
