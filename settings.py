@@ -493,7 +493,8 @@ class ProxySettings(_Settings):
     read_timeout: Seconds = 300.0
     # Connections to the upstreams open at once: every run in flight of the dense workers it
     # serves may be waiting on the model (httpx's default, 100, made the 101st caller wait for
-    # a connection and get 504: measured, 1,100 of 1,200 calls at once).
+    # a connection and get 504: measured, 1,100 of 1,200 calls at once). A caller beyond it
+    # waits for a connection up to the read timeout, then gets 504.
     upstream_connections: Positive = 1000
     # Seconds a caller has to send a request's headers, from connecting (or from the end of
     # the previous answer on a kept-alive connection): then the connection is closed

@@ -156,8 +156,11 @@ class Proxy:
     def new_client(self) -> httpx.AsyncClient:
         s = self.settings
         return httpx.AsyncClient(
+            # A caller beyond ``upstream_connections`` waits its turn for one as long as it
+            # would wait for an answer: at the connect timeout, 23 of 1,200 calls of 10 s
+            # through 1,000 connections got 504 with the upstream healthy (docs/performance.md).
             timeout=httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=s.read_timeout,
-                                  pool=s.connect_timeout),
+                                  pool=s.read_timeout),
             limits=httpx.Limits(max_connections=s.upstream_connections,
                                 max_keepalive_connections=s.upstream_connections),
             follow_redirects=False,  # a redirect goes back to the caller, who asks the proxy again

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import gzip
+import threading
 import time
 from collections.abc import Iterator
 
@@ -13,7 +14,7 @@ import pytest
 from proxy_support import ENCODINGS, WAKEFUL, Stack, proxy_env, wait_healthy
 from slow_clients import half_sent, half_sent_after_a_request, still_open
 
-from cli.processes import Processes, free_port
+from cli.processes import Processes, free_port, wait_for
 from proxy.scrub import REDACTED
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
@@ -115,3 +116,37 @@ def test_made_up_routes_are_recorded_under_one_label_and_within_a_budget(stack: 
     for _ in range(10):
         assert httpx.get(f"{tight}/shop/admin", headers={"X-Wakeful-Grant": grant}, timeout=30).status_code == 403
     assert [e.outcome for e in stack.store.grants.audit("px-budget")] == ["path_not_allowed"] * 10
+
+
+def test_a_caller_beyond_the_upstream_connections_waits_its_turn(stack: Stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One upstream connection (WAKEFUL_PROXY_UPSTREAM_CONNECTIONS=1), a connect timeout of
+    0.2 s and an answer that takes 1 s: the second caller waits for the connection past the
+    connect timeout and gets its answer, not a 504 (the proxy's client once gave up a wait
+    for a free connection at the connect timeout)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    env = proxy_env(tmp_path, stack.database_url, stack.home / "agent.toml", url,
+                    WAKEFUL_PROXY_UPSTREAM_CONNECTIONS="1", WAKEFUL_PROXY_CONNECT_TIMEOUT="0.2",
+                    WAKEFUL_PROXY_READ_TIMEOUT="30")
+    procs = Processes(env, tmp_path / "logs")
+    proc = procs.start("proxy", [WAKEFUL, "proxy"], extra_env={
+        "WAKEFUL_TEST_SHOP_TOKEN": stack.shop_secret, "WAKEFUL_TEST_ANTHROPIC_KEY": stack.anthropic_secret})
+    slow_before, stack.upstream.slow_seconds = stack.upstream.slow_seconds, 1.0
+    try:
+        wait_healthy(url, proc)
+        grant = stack.grant("px-queue", ["shop"])
+        statuses: list[int] = []
+
+        def call() -> None:
+            statuses.append(httpx.get(f"{url}/shop/slow", headers={"X-Wakeful-Grant": grant}, timeout=60).status_code)
+
+        seen = len(stack.upstream.requests)
+        first = threading.Thread(target=call)
+        first.start()
+        wait_for(lambda: len(stack.upstream.requests) > seen, 30, "the first call at the upstream")
+        call()  # sent while the first holds the only connection for 1 s
+        first.join(60)
+        assert statuses == [200, 200]
+        assert [e.outcome for e in stack.store.grants.audit("px-queue")] == ["ok", "ok"]
+    finally:
+        stack.upstream.slow_seconds = slow_before
+        procs.stop_all()
