@@ -120,17 +120,17 @@ def test_made_up_routes_are_recorded_under_one_label_and_within_a_budget(stack: 
 
 def test_a_caller_beyond_the_upstream_connections_waits_its_turn(stack: Stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """One upstream connection (WAKEFUL_PROXY_UPSTREAM_CONNECTIONS=1), a connect timeout of
-    0.2 s and an answer that takes 1 s: the second caller waits for the connection past the
+    0.5 s and an answer that takes 2 s: the second caller waits for the connection past the
     connect timeout and gets its answer, not a 504 (the proxy's client once gave up a wait
     for a free connection at the connect timeout)."""
     url = f"http://127.0.0.1:{free_port()}"
     env = proxy_env(tmp_path, stack.database_url, stack.home / "agent.toml", url,
-                    WAKEFUL_PROXY_UPSTREAM_CONNECTIONS="1", WAKEFUL_PROXY_CONNECT_TIMEOUT="0.2",
+                    WAKEFUL_PROXY_UPSTREAM_CONNECTIONS="1", WAKEFUL_PROXY_CONNECT_TIMEOUT="0.5",
                     WAKEFUL_PROXY_READ_TIMEOUT="30")
     procs = Processes(env, tmp_path / "logs")
     proc = procs.start("proxy", [WAKEFUL, "proxy"], extra_env={
         "WAKEFUL_TEST_SHOP_TOKEN": stack.shop_secret, "WAKEFUL_TEST_ANTHROPIC_KEY": stack.anthropic_secret})
-    slow_before, stack.upstream.slow_seconds = stack.upstream.slow_seconds, 1.0
+    slow_before, stack.upstream.slow_seconds = stack.upstream.slow_seconds, 2.0
     try:
         wait_healthy(url, proc)
         grant = stack.grant("px-queue", ["shop"])
@@ -143,7 +143,7 @@ def test_a_caller_beyond_the_upstream_connections_waits_its_turn(stack: Stack, t
         first = threading.Thread(target=call)
         first.start()
         wait_for(lambda: len(stack.upstream.requests) > seen, 30, "the first call at the upstream")
-        call()  # sent while the first holds the only connection for 1 s
+        call()  # sent while the first holds the only connection for 2 s
         first.join(60)
         assert statuses == [200, 200]
         assert [e.outcome for e in stack.store.grants.audit("px-queue")] == ["ok", "ok"]
