@@ -55,7 +55,7 @@ def unloaded(ctx: Context, kind: str, probes: int) -> list[float]:
         send_probe(ctx, kind, i)
         got = r.blpop([LATENCY_KEY], timeout=10)
         if got is None:
-            raise TimeoutError(f"{kind} probe {i} never reached the agent/task")
+            raise TimeoutError(f"{kind} probe {i} never reached the wakeful/agent/task")
         samples.append(float(got[1]) * 1000)
         time.sleep(0.002)
     return samples

@@ -10,7 +10,7 @@ import time
 
 from celery import Celery
 
-from settings import RuntimeSettings
+from wakeful.settings import RuntimeSettings
 from tasks.celeryconfig import celery_config
 
 from bench.probe import record_latency

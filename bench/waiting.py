@@ -6,7 +6,7 @@ service would, and an agent that waits L seconds before it answers, in these for
 - ``sleep``: ``bench.waiting:sleeper``, ``time.sleep(L)`` then one message, on wakeful's run
   worker with the pool and concurrency asked for (``--agents-pool``, ``--agents-concurrency``);
 - ``claude``: the built-in claude agent, the real ``anthropic`` SDK against the scripted
-  Messages API (agent/scripted.py, its own process) answering L seconds after each request;
+  Messages API (wakeful/agent/scripted.py, its own process) answering L seconds after each request;
 - ``claude+proxy``: the same through ``wakeful proxy`` (its own process): the worker holds a
   grant per run, the proxy holds the key;
 - with ``--agents-processes K``, each run worker (and the Celery peer) is K processes
@@ -372,7 +372,7 @@ class Rig:
         log = self.home / "agents-model.log"
         self.logs["model"] = log
         with open(log, "ab") as out:
-            self.model = subprocess.Popen([sys.executable, "-m", "agent.scripted", str(self.model_port), str(delay)],
+            self.model = subprocess.Popen([sys.executable, "-m", "wakeful.agent.scripted", str(self.model_port), str(delay)],
                                           env=self.env("bench-model"), cwd=_root(), stdout=out,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           start_new_session=True)
@@ -398,7 +398,7 @@ class Rig:
         log = self.home / "agents-proxy.log"
         self.logs["proxy"] = log
         with open(log, "ab") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "proxy"],
+            proc = subprocess.Popen([sys.executable, "-m", "wakeful.proxy"],
                                     env=self.env("bench-proxy", WAKEFUL_AGENT_CONFIG=str(self.config),
                                                  WAKEFUL_PROXY_URL=self.proxy_url, BENCH_MODEL_KEY=MODEL_KEY),
                                     cwd=_root(), stdout=out, stderr=subprocess.STDOUT,

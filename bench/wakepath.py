@@ -47,7 +47,7 @@ def today(store, inbox: str, agent) -> float:
 def combined(store, inbox: str, agent) -> float:
     """store.runs.start (acquire + claim + memory), agent, finish_and_claim (finish + release)."""
     from store import Outcome
-    from agent import Run
+    from wakeful.agent import Run
 
     holder = f"bench:{os.getpid()}"
     start = store.runs.start(inbox, holder)

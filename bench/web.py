@@ -33,7 +33,7 @@ def start_edge(ctx: Context) -> tuple[subprocess.Popen, str]:
     e = dict(ctx.wakeful_worker.env, WAKEFUL_GITHUB_SECRETS=SECRET, WAKEFUL_WEB_PORT=str(port),
              WAKEFUL_WEB_HOST="127.0.0.1")
     log = open(ctx.home / "web.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "web"], env=e, cwd=env.ROOT, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "wakeful.web"], env=e, cwd=env.ROOT, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

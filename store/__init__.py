@@ -39,7 +39,7 @@ from .records import (
     Timer,
     TimerRow,
 )
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .store import Store
 
 __all__ = [

@@ -9,7 +9,7 @@ late yes is told ``expired`` even when the scheduler is behind.
 the request goes to the inbox's outbox), ``inbox:NAME`` (another inbox's outbox: an
 operator), or ``channel:NAME`` (the named outbox channel ``WAKEFUL_CHANNEL_NAME``). For
 another approver, the requester's outbox gets a notice without the link, and another once the
-answer is settled. The link is signed for its approver (approval_tokens.py), and the answer stores
+answer is settled. The link is signed for its approver (wakeful/approval_tokens.py), and the answer stores
 who gave it (``by``) in the answer's event.
 """
 
@@ -24,7 +24,7 @@ from . import inbox as inbox_rules
 from . import timers, validate
 from .db import insert
 from .records import Approval, ApprovalAnswer, InvalidCall, InvalidEvent
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import approvals, events
 from .transactions import Transactions
 

@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Integer, Select, bindparam, exists, literal_c
 from . import leases, plans, rules, runlog, runs
 from .db import NOW
 from .records import RunStart
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import events, inboxes, memory
 from .tables import runs as runs_log
 

@@ -25,7 +25,7 @@ from . import leases, plans, rules
 from .dialects import Dialect
 from .inbox import EVENT_COLUMNS, to_event
 from .records import Event
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import events, inboxes, status_is
 
 

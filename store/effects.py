@@ -288,15 +288,21 @@ def _row(r: Any, **changed: Any) -> EffectRow:
     return EffectRow(**values)
 
 
-def figures(conn: Connection, totals_key: str) -> dict[str, Any]:
+# The memory key under which an agent keeps its running totals (model calls, tokens, tool
+# decisions) for /metrics: named here, with the query that sums them, so the web edge reads
+# them without loading an agent.
+AGENT_TOTALS_KEY = "claude_totals"
+
+
+def figures(conn: Connection) -> dict[str, Any]:
     """For /metrics: effects by status, and the sums of the numbers (and of one level of
-    nested counts) that each inbox's memory keeps under ``totals_key``."""
+    nested counts) that each inbox's memory keeps under ``AGENT_TOTALS_KEY``."""
     from .tables import memory
 
     by_status = {r.status: r.n for r in conn.execute(
         select(effects.c.status, func.count().label("n")).group_by(effects.c.status))}
     totals: dict[str, Any] = {}
-    for (value,) in conn.execute(select(memory.c.value).where(memory.c.key == totals_key)):
+    for (value,) in conn.execute(select(memory.c.value).where(memory.c.key == AGENT_TOTALS_KEY)):
         for name, number in (value or {}).items():
             if isinstance(number, dict):
                 nested = totals.setdefault(name, {})
@@ -341,9 +347,9 @@ class Effects:
         with self.transactions.transaction() as conn:
             return view(conn, inbox, tool_use_id)
 
-    def figures(self, totals_key: str) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
         with self.transactions.transaction() as conn:
-            return figures(conn, totals_key)
+            return figures(conn)
 
     def get(self, inbox: str, tool_use_id: str) -> EffectRow | None:
         rows = self.view(inbox, tool_use_id)

@@ -1,4 +1,4 @@
-"""Grants and the audit trail of the egress proxy (proxy/, DESIGN.md section 9).
+"""Grants and the audit trail of the egress proxy (wakeful/proxy/, DESIGN.md section 9).
 
 A grant is a random token the runtime mints for a worker and sends with every request
 through the proxy; the proxy puts the route's secret on the request instead. The store keeps
@@ -70,7 +70,7 @@ OUTCOMES = {
 }
 
 # Refusals of a caller without a live grant for the route: anyone who can reach the proxy can
-# cause them at will, so the proxy writes them within a budget (proxy/settings.py) and the
+# cause them at will, so the proxy writes them within a budget (wakeful/proxy/settings.py) and the
 # audit keeps the newest UNGRANTED_KEPT of each route and outcome. A caller with a live grant
 # (a path the allowlist refuses, an upstream failing) is always recorded and never capped:
 # that is the evidence of a hijacked run, and the grant's run bounds it.

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
-from errors import WakefulError
+from wakeful.errors import WakefulError
 from sqlalchemy import Connection, delete, select
 
 from . import validate

@@ -18,7 +18,7 @@ from sqlalchemy import (ARRAY, BigInteger, Connection, Insert, Row, String, Upda
 from . import plans, rules
 from .db import NOW, insert
 from .dialects import Dialect, for_, per_dialect
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import events, inboxes, memory
 
 

@@ -8,7 +8,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, select
 
 from . import validate
 from .db import upsert
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import memory
 
 _MEMORY = select(memory.c.key, memory.c.value).where(memory.c.inbox == bindparam("p_inbox")).order_by(memory.c.key)

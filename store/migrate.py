@@ -3,14 +3,11 @@
 The plan-cached functions (store/plans.py) are schema too: a migration that creates or
 changes them lists them in ``FUNCTIONS`` (name: its CREATE OR REPLACE statement) and those it
 drops in ``DROPPED_FUNCTIONS``, so ``plan_functions`` can say what the head defines.
-``python -m store.migrate`` prints the functions the code expects and the migrations do not
-define as written: the ``FUNCTIONS`` of the next migration.
+``python -m store.next_migration`` prints the functions the code expects and the migrations do
+not define as written: the ``FUNCTIONS`` of the next migration.
 """
 
 from __future__ import annotations
-
-import importlib
-import sys
 
 from alembic import command
 from alembic.config import Config
@@ -53,24 +50,3 @@ def format_functions(functions: dict[str, str]) -> str:
     """``functions`` as a migration's ``FUNCTIONS`` literal."""
     items = "".join(f'    "{name}": """{create}""",\n' for name, create in sorted(functions.items()))
     return "FUNCTIONS = {\n" + items + "}\n"
-
-
-def main() -> int:
-    importlib.import_module("store.store")  # the front imports every module that caches a statement
-    from store import plans
-
-    expected = {p.name: p.create for p in plans.registered()}
-    written = plan_functions()
-    changed = {name: create for name, create in expected.items() if written.get(name) != create}
-    dropped = sorted(set(written) - set(expected))
-    if not changed and not dropped:
-        print("the migrations define every plan function as the code expects")
-        return 0
-    print(format_functions(changed), end="")
-    if dropped:
-        print(f"DROPPED_FUNCTIONS = {dropped!r}")
-    return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -50,7 +50,7 @@ from . import leases, validate
 from .db import clock
 from .records import (AT_LEAST_ONCE, AT_MOST_ONCE, Dispatched, InvalidCall, InvalidOutcome, MessageKind, Message, OutboxItem, OutboxRow,
                       OutgoingMessage)
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import HOOK_KINDS, events, inboxes, outbox
 from .transactions import Transactions
 

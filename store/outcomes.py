@@ -8,7 +8,7 @@ from sqlalchemy import Connection
 
 from . import approvals, effects, memory, outbox, timers, validate
 from .records import InvalidOutcome, Outcome
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 
 
 def apply(conn: Connection, s: StoreSettings, inbox: str, outcome: Outcome, generation: int, now: int,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from errors import WakefulError
+from wakeful.errors import WakefulError
 
 
 class EventStatus(StrEnum):
@@ -205,7 +205,7 @@ class Outcome:
     effects: list[Effect] = field(default_factory=list)
     answered: list[str] = field(default_factory=list)
     # Timer ids of this inbox to delete (after ``timers`` are written): a wake the model
-    # cancelled (agent/wakes.py) is gone only if this run commits.
+    # cancelled (wakeful/agent/wakes.py) is gone only if this run commits.
     cancel_timers: list[str] = field(default_factory=list)
 
 

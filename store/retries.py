@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Integer, case, cast, func, literal
 
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import events
 
 OUTAGE_REASON = "outage"  # the error of an event parked dead at the horizon starts with it

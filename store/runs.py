@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from . import claims, counters, leases, memory, outcomes, plans, retries, rules, runlog, validate
 from .dialects import Dialect, for_, per_dialect
 from .records import Event, InvalidCall, Outcome, RunStart, RunStep
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import events, status_is
 
 

@@ -30,7 +30,7 @@ from .spend import Spend
 from .timers import Wakes
 from .transactions import Transactions
 from .worker import Runs
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 
 
 class Store:

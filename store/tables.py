@@ -271,7 +271,7 @@ hook_secrets = Table(
 )
 
 
-# A tool call with an effect (agent/effects.py), committed by the run's finish and executed
+# A tool call with an effect (wakeful/agent/effects.py), committed by the run's finish and executed
 # after it. One row per (inbox, tool_use id): a tool use that was never committed has no row
 # and never runs. ``status``: asked (waits for a human's yes) -> ready -> executing -> done;
 # or refused / expired (the answer was no, or nobody answered: never runs); or interrupted
@@ -310,7 +310,7 @@ effects = Table(
 )
 
 
-# Grants of the egress proxy (proxy/, store/grants.py): a random token, stored only as its
+# Grants of the egress proxy (wakeful/proxy/, store/grants.py): a random token, stored only as its
 # sha256, bound to an inbox and a lease generation; a run's grant lives while that generation
 # holds the lease, an effect's while its effect executes (tool_use_id, attempt).
 grants = Table(

@@ -23,7 +23,7 @@ from . import inbox as inbox_rules
 from . import validate
 from .db import upsert
 from .records import Fired, InvalidEvent, InvalidTimer, TimerRow
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 from .tables import timers
 from .transactions import Transactions
 
@@ -204,7 +204,7 @@ def view(conn: Connection, inbox: str) -> list[TimerRow]:
     ]
 
 
-# -- wakes the model sets (agent/wakes.py) -------------------------------------------------
+# -- wakes the model sets (wakeful/agent/wakes.py) -------------------------------------------------
 # A wake is a timer whose id starts with WAKE_PREFIX. A run writes its wakes through its
 # Outcome (the fenced finish); a wake a human approved first (policy "ask") is written here
 # by the effect executor, fenced by the effect's attempt as the effect's own record is.

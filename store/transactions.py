@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError
 from . import errors
 from .db import clock, lock_timed_out
 from .dialects import Dialect
-from settings import StoreSettings
+from wakeful.settings import StoreSettings
 
 
 T = TypeVar("T")

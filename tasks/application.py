@@ -11,8 +11,8 @@ import click
 from celery import Celery
 from celery.signals import beat_init, celeryd_init
 
-import telemetry
-from settings import RuntimeSettings, for_process
+from wakeful import telemetry
+from wakeful.settings import RuntimeSettings, for_process
 from tasks import embedded, redis_clients, redis_guard
 from tasks.celeryconfig import QUEUES, celery_config
 

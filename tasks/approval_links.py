@@ -3,7 +3,7 @@
 A committed approval request for a tool call (store/effects.py) is an outbox row of kind
 ``approval`` whose fields name the approval (``inbox``, ``request_id``) and its approver, and
 whose body carries a marker, ``[[wakeful-approval-link:<tool use id>]]``. The dispatcher,
-just before the channel sends, puts a signed link to the approval page (approval_tokens.py) in
+just before the channel sends, puts a signed link to the approval page (wakeful/approval_tokens.py) in
 the item's fields (``link``) and in place of the marker, made for that approval's inbox and
 approver (an operator's outbox holds requests of other inboxes). So the key
 (``WAKEFUL_APPROVAL_SECRET``) lives with the dispatcher (and the web edge), never in the
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from approval_tokens import SELF, approval_link
+from wakeful.approval_tokens import SELF, approval_link
 from store import OutboxItem, OutgoingMessage
 from store.effects import LINK_MARKER_PREFIX
 from tasks.application import runtime_settings

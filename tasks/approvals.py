@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from approval_tokens import NotAuthorized, check_token
+from wakeful.approval_tokens import NotAuthorized, check_token
 from store import InvalidEvent
 
 from tasks.application import app

@@ -49,7 +49,7 @@ from celery import Task, states
 from celery.exceptions import InvalidTaskError
 from celery.utils.time import maybe_iso8601
 
-import telemetry
+from wakeful import telemetry
 from tasks.guard import problem
 
 log = logging.getLogger("wakeful.batches")

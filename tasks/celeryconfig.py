@@ -13,7 +13,7 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
-from settings import REDIS_SCHEMES, RuntimeSettings
+from wakeful.settings import REDIS_SCHEMES, RuntimeSettings
 
 # Queues. External callers send with no routing options, so the entry points live on
 # Celery's default queue; agent runs have their own queue (and their own worker in the

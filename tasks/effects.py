@@ -2,7 +2,7 @@
 
 Rung right after a run whose finish committed or released an effect (tasks/runs.py), and
 ticked by beat so an effect whose ring was lost, or whose executor died, is still taken
-(agent/effects.py: at-least-once retakes a stale one, at-most-once reports it interrupted).
+(wakeful/agent/effects.py: at-least-once retakes a stale one, at-most-once reports it interrupted).
 Each result is ingested as an event, and the inbox is rung so the agent hears it now.
 
 Runs on the run workers' queue, one task per effect: a dense worker (threads) carries many
@@ -18,7 +18,7 @@ from typing import Any
 
 from celery.signals import celeryd_init
 
-import telemetry
+from wakeful import telemetry
 
 from tasks.application import app
 from tasks.celeryconfig import RUNS_QUEUE
@@ -34,7 +34,7 @@ def check_agent_config(**_kwargs: Any) -> None:
     """A worker whose agent config is wrong (the claude agent's, or the tools of any agent,
     read whenever ``WAKEFUL_AGENT_CONFIG`` is set) stops at its start, saying why (the file
     and the table), instead of failing every run or every effect."""
-    from agent.config import ConfigError, for_worker
+    from wakeful.agent.config import ConfigError, for_worker
 
     try:
         settings = runtime_settings()
@@ -51,11 +51,11 @@ def check_agent_config(**_kwargs: Any) -> None:
 
 @app.task(name="wakeful.execute_effects")
 def execute_effects(inbox: Any = None, tool_use_id: Any = None) -> dict[str, Any]:
-    """With ``inbox`` and ``tool_use_id``: execute that effect (agent/effects.py). Otherwise:
+    """With ``inbox`` and ``tool_use_id``: execute that effect (wakeful/agent/effects.py). Otherwise:
     send one such task for each effect that may run now (of ``inbox``, or all). Whatever the
     agent: an effect runs by the tools of ``WAKEFUL_AGENT_CONFIG``."""
-    from agent.config import current
-    from agent.effects import execute
+    from wakeful.agent.config import current
+    from wakeful.agent.effects import execute
 
     cfg = current(required=False)
     if cfg is None:  # no tool is configured, so the runtime's finish stored no effect

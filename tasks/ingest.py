@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-import telemetry
+from wakeful import telemetry
 from store import InvalidEvent
 
 from tasks import faults

@@ -59,10 +59,10 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-import telemetry
+from wakeful import telemetry
 from store import Outcome
 
-from agent import Agent, Run
+from wakeful.agent import Agent, Run
 from tasks import faults, runtime
 
 log = logging.getLogger("wakeful.runs")
@@ -79,7 +79,7 @@ _context_lock = threading.Lock()
 # What the fork server imports once, so its children need not: the worker's main module
 # (multiprocessing's default: else every child runs the `celery` script again to set up its
 # __main__), this module (the child's code), the store's records and the agent interface.
-PRELOAD = ["__main__", "tasks.isolation", "store", "agent"]
+PRELOAD = ["__main__", "tasks.isolation", "store", "wakeful.agent"]
 
 def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outcome | None:
     """The agent's answer to ``run``: in this thread, or for a retried batch in a process

@@ -37,11 +37,11 @@ from celery.signals import worker_init
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-import telemetry
+from wakeful import telemetry
 from store import Event, InvalidEvent, InvalidOutcome, Outcome, RunStart, RunStep, Store
 from store.spend import Budget, Usage, Verdict
 
-from agent import Agent, LeaseLost, Run, TryLater, load_agent, summary_of
+from wakeful.agent import Agent, LeaseLost, Run, TryLater, load_agent, summary_of
 from tasks.application import app, runtime_settings
 from tasks import doorbell, faults, isolation, runtime
 from tasks.lease_keeper import keeper
@@ -332,8 +332,8 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
     try:
         effects = getattr(outcome, "effects", None)
         if isinstance(effects, list | tuple) and effects:  # one no configured tool runs waits for ever
-            from agent.config import current
-            from agent.effects import refuse_unrunnable
+            from wakeful.agent.config import current
+            from wakeful.agent.effects import refuse_unrunnable
 
             refuse_unrunnable(list(effects), current(required=False))
         done = _complete(lease, ids, claim_next, result, outcome=outcome)

@@ -34,9 +34,9 @@ from typing import Any
 from store import AT_LEAST_ONCE, OutgoingMessage
 from store.approvals import channel_variable
 
-from agent.loading import import_callable
+from wakeful.agent.loading import import_callable
 
-from settings import RuntimeSettings
+from wakeful.settings import RuntimeSettings
 from tasks.channels.fields import as_fields  # noqa: F401 - a channel's JSON form, as before
 
 Send = Callable[[OutgoingMessage], None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import telemetry
+from wakeful import telemetry
 from store import OutgoingMessage
 
 from tasks.channels import Send, delivery_of

@@ -8,7 +8,7 @@ import os
 import signal
 from typing import Any
 
-from agent.tool import ToolCall
+from wakeful.agent.tool import ToolCall
 
 
 def _log(call: ToolCall, tool_input: dict[str, Any]) -> int:
@@ -45,7 +45,7 @@ def claude_or_poison(run: Any) -> Any:
     exception before the model is asked (an event that breaks the agent, not an outage)."""
     if any((e.payload or {}).get("text") == "poison" for e in run.events):
         raise ValueError("this event breaks the agent")
-    from agent.claude import agent
+    from wakeful.agent.claude import agent
 
     return agent(run)
 
@@ -55,7 +55,7 @@ def invoice(tool_input: dict[str, Any], call: ToolCall) -> str:
     shop not answering is an outage (TryLater), not a failed call."""
     import httpx
 
-    from agent import TryLater
+    from wakeful.agent import TryLater
 
     _log(call, tool_input)
     try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import write_config as _write_config
 from runtime.conftest import make_cluster, redis_db  # noqa: F401  (the runtime tests' harness)
 

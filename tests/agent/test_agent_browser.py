@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import BASE_TOOLS, agent_env, calls
-from cli.processes import CONTROL_QUEUES, wait_for
+from wakeful.cli.processes import CONTROL_QUEUES, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 SECRET = "browser-test-approval-key"
@@ -51,7 +51,7 @@ def test_yes_in_a_real_browser_runs_the_tool_once(make_cluster: Any, write_confi
     control = cluster.procs.start("control-keyed", [
         sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO", "-n", "control2@%h",
         "-Q", ",".join(CONTROL_QUEUES), "-c", "2", "--without-mingle", "--without-gossip"], keyed)
-    web = cluster.procs.start("web", [sys.executable, "-m", "web"], keyed)
+    web = cluster.procs.start("web", [sys.executable, "-m", "wakeful.web"], keyed)
     cluster.procs.wait_ready(control)
     wait_for(lambda: _up(port), 30, "the web edge")
     [worker] = cluster.run_workers

@@ -21,7 +21,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _wakeful(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "wakeful.cli.main", *args], env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

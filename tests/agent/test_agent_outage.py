@@ -28,9 +28,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import BASE_TOOLS, agent_env, calls
-from cli.processes import Processes, free_port
+from wakeful.cli.processes import Processes, free_port
 from store.tables import events
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))

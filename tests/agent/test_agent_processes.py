@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import ATTACK_TOOLS, BASE_TOOLS, agent_env, calls
 
 pytestmark = []

@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import agent_env
-from cli.processes import Processes, free_port, wait_for
+from wakeful.cli.processes import Processes, free_port, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))
 from proxy_support import Upstream  # noqa: E402  (tests/proxy: the fake shop)

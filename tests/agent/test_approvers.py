@@ -24,10 +24,10 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from agent.config import ConfigError, load
-from agent.scripted import ScriptedModel
+from wakeful.agent.config import ConfigError, load
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import agent_env, calls
-from cli.processes import CONTROL_QUEUES, wait_for
+from wakeful.cli.processes import CONTROL_QUEUES, wait_for
 
 SECRET = "approvers-test-key"
 TOOLS = {
@@ -74,7 +74,7 @@ def test_an_approval_goes_to_the_operator_and_the_customer_is_told(
     control = cluster.procs.start("control-keyed", [
         sys.executable, "-m", "celery", "-A", "tasks", "worker", "-l", "INFO", "-n", "control2@%h",
         "-Q", ",".join(CONTROL_QUEUES), "-c", "2", "--without-mingle", "--without-gossip"], keyed)
-    cluster.procs.start("web", [sys.executable, "-m", "web"], keyed)
+    cluster.procs.start("web", [sys.executable, "-m", "wakeful.web"], keyed)
     cluster.procs.wait_ready(control)
     wait_for(lambda: _up(port), 30, "the web edge")
 
@@ -118,13 +118,13 @@ def test_an_approval_goes_to_the_operator_and_the_customer_is_told(
         assert "/approvals/" not in message["body"] and token not in json.dumps(message)
         assert "wakeful-approval-link" not in message["body"]
 
-    shown = subprocess.run([sys.executable, "-m", "cli.main", "approvals", "--all", "--json"],
+    shown = subprocess.run([sys.executable, "-m", "wakeful.cli.main", "approvals", "--all", "--json"],
                            env={**os.environ, "WAKEFUL_DATABASE_URL": cluster.env["WAKEFUL_DATABASE_URL"]},
                            capture_output=True, text=True, timeout=60, check=True)
     [approval] = json.loads(shown.stdout)
     assert (approval["inbox"], approval["approver"], approval["answer"], approval["answered_by"]) == (
         "cust", "inbox:ops", "yes", "inbox:ops")
-    table = subprocess.run([sys.executable, "-m", "cli.main", "approvals", "--all"],
+    table = subprocess.run([sys.executable, "-m", "wakeful.cli.main", "approvals", "--all"],
                            env={**os.environ, "WAKEFUL_DATABASE_URL": cluster.env["WAKEFUL_DATABASE_URL"]},
                            capture_output=True, text=True, timeout=60, check=True).stdout
     assert "by" in table.splitlines()[0] and table.count("inbox:ops") == 2
@@ -153,7 +153,7 @@ def test_the_approver_keys_are_checked(write_config: Any) -> None:
 
 
 def test_the_approval_token_binds_its_approver() -> None:
-    from approval_tokens import answer_token, approval_link, check_token, make_token
+    from wakeful.approval_tokens import answer_token, approval_link, check_token, make_token
 
     ops = make_token("cust", "toolu_1", approver="inbox:ops", secret=SECRET, now=0, expires_in=60)
     own = make_token("cust", "toolu_1", secret=SECRET, now=0, expires_in=60)
@@ -181,7 +181,7 @@ def test_an_operators_merged_message_links_each_request_to_its_own_inbox(monkeyp
     from store.effects import LINK_MARKER
     from tasks.approval_links import linked
 
-    from settings import RuntimeSettings
+    from wakeful.settings import RuntimeSettings
 
     # The dispatcher's settings, as its process reads them at its start.
     dispatcher = RuntimeSettings.from_env({"WAKEFUL_APPROVAL_SECRET": SECRET, "WAKEFUL_PUBLIC_URL": "https://approve.example"})

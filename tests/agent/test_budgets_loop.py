@@ -15,15 +15,15 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent import BudgetReached, Run
-from agent.claude import BUDGET_TIMER, ClaudeRun
-from agent.config import ConfigError, load, parse
-from agent.scripted import ScriptedModel
+from wakeful.agent import BudgetReached, Run
+from wakeful.agent.claude import BUDGET_TIMER, ClaudeRun
+from wakeful.agent.config import ConfigError, load, parse
+from wakeful.agent.scripted import ScriptedModel
 from store import Outcome, Store
 from store.spend import DAY, Budget, Usage
 from tasks.summary import incidents, render
-from web.app import create_app
-from settings import WebSettings
+from wakeful.web.app import create_app
+from wakeful.settings import WebSettings
 
 DAY0 = 20_500 * DAY  # a UTC midnight
 T = DAY0 + 8 * 3600
@@ -216,7 +216,7 @@ def test_wakeful_status_shows_todays_spend_against_the_ceilings(store: Store, db
     """``wakeful status INBOX`` (the real command, on the database clock's today)."""
     from typer.testing import CliRunner
 
-    from cli.main import cli
+    from wakeful.cli.main import cli
     from store.spend import Price
 
     budget = Budget(agent="errands", inbox_tokens=1000, inbox_money=0.5, agent_tokens=10_000,

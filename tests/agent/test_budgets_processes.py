@@ -13,8 +13,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent.claude import TOTALS_KEY
-from agent.scripted import ScriptedModel
+from wakeful.agent.claude import TOTALS_KEY
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import agent_env
 from tasks.summary import incidents, render
 

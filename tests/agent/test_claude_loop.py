@@ -11,11 +11,11 @@ from typing import Any
 import anthropic
 import pytest
 
-from agent import Run, TryLater
-from agent.claude import ClaudeRun
-from agent.config import load
-from agent.effects import execute_runnable
-from agent.scripted import ScriptedModel
+from wakeful.agent import Run, TryLater
+from wakeful.agent.claude import ClaudeRun
+from wakeful.agent.config import load
+from wakeful.agent.effects import execute_runnable
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import ATTACK_TOOLS, calls
 from store import Outcome, Store
 
@@ -235,7 +235,7 @@ def test_an_api_500_is_retried_by_the_sdk(agent: Agent) -> None:
 
 def test_past_the_sdk_retries_an_api_that_is_away_says_try_later(agent: Agent) -> None:
     """500-class answers and 529 overloaded, once the SDK's own retries are spent, are an
-    outage (agent/outage.py): the runtime waits instead of charging the events' attempts."""
+    outage (wakeful/agent/outage.py): the runtime waits instead of charging the events' attempts."""
     agent.model.fail_next(5, 500)
     agent.say("hello")
     with pytest.raises(TryLater, match="answered 500") as raised:
@@ -286,7 +286,7 @@ def test_the_operator_sees_tool_input_model_calls_tokens_and_decisions(agent: Ag
                WAKEFUL_DATABASE_URL=agent.store.engine.url.render_as_string(hide_password=False))
 
     def wakeful(*args: str) -> Any:
-        done = subprocess.run([sys.executable, "-m", "cli.main", *args, "--json"], env=env,
+        done = subprocess.run([sys.executable, "-m", "wakeful.cli.main", *args, "--json"], env=env,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
@@ -303,7 +303,7 @@ def test_metrics_count_model_calls_tokens_decisions_and_executions(agent: Agent)
     from prometheus_client import generate_latest
     from prometheus_client.registry import CollectorRegistry
 
-    from agent.metrics import families, figures
+    from wakeful.web.agent_metrics import families, figures
 
     agent.say('call lookup {"order": 1}\ncall refund {"order": 1}\ncall wipe {"order": 1}')
     agent.wake()
@@ -360,8 +360,8 @@ def test_with_an_anthropic_route_the_model_is_called_through_the_proxy_with_the_
         store: Store, model: ScriptedModel, write_config: Any, tool_log: Path) -> None:
     """The runtime sets the run's grant (agent.egress.using); the scripted server stands in
     for the proxy here and sees the route's path and the grant as the key."""
-    from agent import egress
-    from agent.claude import _through_proxy
+    from wakeful.agent import egress
+    from wakeful.agent.claude import _through_proxy
 
     config = write_config()
     with config.open("a") as f:

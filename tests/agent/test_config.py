@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ConfigError, load
+from wakeful.agent.config import ConfigError, load
 from agent_support import BASE_TOOLS, write_config
 
 
@@ -104,6 +104,6 @@ def test_nothing_is_trusted_unless_named_and_a_runtime_source_cannot_be(tmp_path
 def test_the_webhook_sources_are_one_list_the_web_edge_uses() -> None:
     """``wakeful check`` warns on trusting these; the web edge ingests under exactly these."""
     from store.tables import HOOK_KINDS
-    from web.receivers import SENDERS
+    from wakeful.web.receivers import SENDERS
 
     assert sorted(s.source for s in SENDERS.values()) == sorted(HOOK_KINDS)

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from agent import mcp
-from agent.config import ConfigError, load, parse
-from agent.tool import ToolCall
-from agent.tools import run
+from wakeful.agent import mcp
+from wakeful.agent.config import ConfigError, load, parse
+from wakeful.agent.tool import ToolCall
+from wakeful.agent.tools import run
 
 HERE = Path(__file__).parent
 SERVER = str(HERE / "mcp_servers.py")
@@ -84,8 +84,8 @@ def test_the_server_gets_only_the_environment_its_table_names(files: Any) -> Non
 
 
 def test_a_tool_the_server_adds_later_is_denied_until_configured(files: Any, tmp_path: Path) -> None:
-    from agent import policy
-    from cli.processes import wait_for
+    from wakeful.agent import policy
+    from wakeful.cli.processes import wait_for
 
     assert "wipe" not in files.tools
     (tmp_path / "add_wipe").touch()
@@ -172,8 +172,8 @@ def test_a_failed_exchange_is_an_outage_a_refusal_or_the_servers_error() -> None
     from mcp import MCPError
     from mcp_types import REQUEST_TIMEOUT
 
-    from agent.egress import EgressError, Unavailable
-    from agent.outage import TryLater
+    from wakeful.agent.egress import EgressError, Unavailable
+    from wakeful.agent.outage import TryLater
 
     server = mcp._server("agent.toml", "srv", {"command": "x", "policy": "ask"})
     fenced = mcp.failure(server, RuntimeError("x"), mcp.Refusal(403, "fenced", "wakeful proxy: fenced", "tools/call"))
@@ -194,7 +194,7 @@ def test_a_failed_exchange_is_an_outage_a_refusal_or_the_servers_error() -> None
 
 
 def test_a_stdio_command_that_does_not_start_is_an_outage_and_the_config_still_loads(tmp_path: Path) -> None:
-    from agent.outage import TryLater
+    from wakeful.agent.outage import TryLater
 
     cfg = parse({"agent": {"model": "m"}, "mcp": {"gone": {
         "command": str(tmp_path / "no-such-server"), "policy": "allow", "effect": "read",

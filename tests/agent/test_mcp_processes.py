@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import agent_env
-from cli.processes import Proc, Processes, free_port, wait_for
+from wakeful.cli.processes import Proc, Processes, free_port, wait_for
 from test_agent_through_proxy import _redis_dump
 
 HERE = Path(__file__).parent

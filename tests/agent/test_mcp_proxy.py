@@ -5,7 +5,7 @@ behind a route whose secret is the server's token, on a PostgreSQL store of its 
 - the handshake-era protocol (initialize, ``Mcp-Session-Id`` on every request, the GET
   stream, DELETE at the end) and the 2026-07-28 one (``Mcp-Method``/``Mcp-Name`` headers the
   server checks against the body) both pass the proxy's header allowlist;
-- the MCP source (agent/mcp.py) under a run's grant lists and calls; once the generation is
+- the MCP source (wakeful/agent/mcp.py) under a run's grant lists and calls; once the generation is
   fenced the proxy answers 403 ``fenced`` and the server sees nothing more.
 """
 
@@ -24,11 +24,11 @@ import anyio
 import httpx
 import pytest
 
-from agent import egress
-from agent.config import parse
-from agent.tool import ToolCall
-from agent.tools import run
-from cli.processes import Processes, free_port, wait_for
+from wakeful.agent import egress
+from wakeful.agent.config import parse
+from wakeful.agent.tool import ToolCall
+from wakeful.agent.tools import run
+from wakeful.cli.processes import Processes, free_port, wait_for
 from store import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "proxy"))
@@ -160,7 +160,7 @@ def test_an_executor_that_never_listed_lists_under_the_effects_grant_and_runs_it
         behind: Behind, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process whose first MCP work is an effect (a worker just restarted): the tool came
     from the server's default, no table names it, so only a listing knows it."""
-    from agent.effects import execute_runnable
+    from wakeful.agent.effects import execute_runnable
     from store import Effect, Outcome
 
     monkeypatch.setenv(egress.PROXY_URL_ENV, behind.proxy_url)
@@ -182,11 +182,11 @@ def test_an_executor_that_never_listed_lists_under_the_effects_grant_and_runs_it
 
 def test_a_custom_loop_is_offered_an_http_servers_tools_under_its_runs_grant(
         behind: Behind, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tool kit (agent/kit.py) lists through the proxy under a grant bound to the run's
+    """The tool kit (wakeful/agent/kit.py) lists through the proxy under a grant bound to the run's
     lease, as the claude loop does: a custom loop is told the server's tools, not only the
     ones with a table of their own."""
-    from agent import Run
-    from agent.kit import Toolkit
+    from wakeful.agent import Run
+    from wakeful.agent.kit import Toolkit
 
     monkeypatch.setenv(egress.PROXY_URL_ENV, behind.proxy_url)
     cfg = parse({"routes": {"shop_mcp": {}}, "mcp": {"shop": {

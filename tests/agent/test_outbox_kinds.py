@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import agent_env
 
 TOOLS = {"note": {"call": "agent_tools:refund", "policy": "ask", "effect": "write", "approval_ttl": 600}}

@@ -1,4 +1,4 @@
-"""The tool source interface (agent/sources.py): a table kind registers a parser, its tools
+"""The tool source interface (wakeful/agent/sources.py): a table kind registers a parser, its tools
 join the one view the policy and the executor read, a tool runs through its source, and a
 name two tables declare is refused naming both."""
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from agent import policy
-from agent.config import ConfigError, load, tool_settings
-from agent.sources import ToolSource, register_table
-from agent.tool import Tool, ToolCall
-from agent.tools import run
+from wakeful.agent import policy
+from wakeful.agent.config import ConfigError, load, tool_settings
+from wakeful.agent.sources import ToolSource, register_table
+from wakeful.agent.tool import Tool, ToolCall
+from wakeful.agent.tools import run
 from agent_support import write_config
 
 
@@ -105,22 +105,22 @@ def test_a_worker_loads_the_tools_for_any_agent_once_the_config_is_set(tmp_path:
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """What a worker checks at its start (tasks/effects.py): the claude agent requires the
     config and its model; any other agent reads the tools when the variable is set."""
-    import agent.config as config_module
-    from agent.config import for_worker
+    import wakeful.agent.config as config_module
+    from wakeful.agent.config import for_worker
 
     monkeypatch.delenv(config_module.ENV, raising=False)
     monkeypatch.setattr(config_module, "_current", None)
-    assert for_worker("examples.custom_loop:agent") is None
+    assert for_worker("wakeful.examples.custom_loop:agent") is None
     with pytest.raises(ConfigError, match="WAKEFUL_AGENT_CONFIG is not set"):
         for_worker("claude")
     path = tmp_path / "tools.toml"
     path.write_text('[tools.lookup]\ncall = "agent_tools:lookup"\npolicy = "allow"\neffect = "read"\n')
     monkeypatch.setenv(config_module.ENV, str(path))
-    cfg = for_worker("examples.custom_loop:agent")
+    cfg = for_worker("wakeful.examples.custom_loop:agent")
     assert cfg is not None and list(cfg.tools) == ["lookup"]
     with pytest.raises(ConfigError, match=r"tools.toml: the claude agent needs an \[agent\] table with `model`"):
         for_worker("claude")
     monkeypatch.setattr(config_module, "_current", None)
     path.write_text('[tools.lookup]\ncall = "agent_tools:lookup"\npolicy = "sometimes"\n')
     with pytest.raises(ConfigError, match=r"tools.toml: \[tools.lookup\]: policy must be one of"):
-        for_worker("examples.custom_loop:agent")
+        for_worker("wakeful.examples.custom_loop:agent")

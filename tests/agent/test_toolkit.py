@@ -1,4 +1,4 @@
-"""The tool kit (agent/kit.py) driving the two example loops (examples/) on a real store
+"""The tool kit (wakeful/agent/kit.py) driving the two example loops (wakeful/examples/) on a real store
 (both engines): each run by hand (acquire, claim, agent, fenced finish, the executor), so
 each rule is visible; tests/agent/test_toolkit_processes.py runs them in worker processes."""
 
@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-import agent.config as config_module
-from agent import Run
-from agent.config import AgentConfig
-from agent.effects import execute_runnable
-from agent.kit import Toolkit
+import wakeful.agent.config as config_module
+from wakeful.agent import Run
+from wakeful.agent.config import AgentConfig
+from wakeful.agent.effects import execute_runnable
+from wakeful.agent.kit import Toolkit
 from agent_support import calls
-from examples import custom_loop, pydantic_ai_loop
+from wakeful.examples import custom_loop, pydantic_ai_loop
 from store import Effect, InvalidOutcome, Outcome, Store
 
 LOOPS = {"custom": custom_loop.agent, "pydantic_ai": pydantic_ai_loop.agent}
@@ -140,10 +140,10 @@ def test_an_effect_no_configured_tool_runs_is_refused_by_the_kit(configured: Any
 
 
 def test_the_docs_show_the_example_loop_as_it_is() -> None:
-    """docs/agent.md's complete loop is examples/custom_loop.py's code, line for line."""
+    """docs/agent.md's complete loop is wakeful/examples/custom_loop.py's code, line for line."""
     root = Path(__file__).resolve().parents[2]
     docs = (root / "docs" / "agent.md").read_text()
-    block = docs.split("A complete loop (examples/custom_loop.py", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    source = (root / "examples" / "custom_loop.py").read_text().splitlines()
+    block = docs.split("A complete loop (wakeful/examples/custom_loop.py", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    source = (root / "wakeful" / "examples" / "custom_loop.py").read_text().splitlines()
     missing = [line for line in block.splitlines() if line.strip() and line not in source]
     assert not missing, missing

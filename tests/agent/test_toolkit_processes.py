@@ -1,7 +1,7 @@
 """The tool kit's loops and hand-written agents hosted by real worker, control and beat
 processes on PostgreSQL and Redis (the runtime tests' cluster): ask -> yes -> the write runs
-exactly once for the custom loop (examples/custom_loop.py) and the Pydantic AI one
-(examples/pydantic_ai_loop.py); the executor runs any agent's effect; an effect no configured
+exactly once for the custom loop (wakeful/examples/custom_loop.py) and the Pydantic AI one
+(wakeful/examples/pydantic_ai_loop.py); the executor runs any agent's effect; an effect no configured
 tool can run fails the run as an invalid outcome with nothing of it stored."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from agent_support import agent_env, calls
 
-LOOPS = ["examples.custom_loop:agent", "examples.pydantic_ai_loop:agent"]
+LOOPS = ["wakeful.examples.custom_loop:agent", "wakeful.examples.pydantic_ai_loop:agent"]
 
 
 def _start(make_cluster: Any, write_config: Any, tool_log: Path, agent: str) -> Any:
@@ -84,7 +84,7 @@ def test_a_kit_loops_http_tools_go_through_the_proxy_under_its_grants(make_clust
     from test_agent_through_proxy import proxied
 
     def custom_loop_cluster(**kwargs: Any) -> Any:
-        kwargs["env"] = {**kwargs["env"], "WAKEFUL_AGENT": "examples.custom_loop:agent"}
+        kwargs["env"] = {**kwargs["env"], "WAKEFUL_AGENT": "wakeful.examples.custom_loop:agent"}
         return make_cluster(**kwargs)
 
     token = "shop-canary-" + secrets.token_hex(12)

@@ -4,7 +4,7 @@ The runtime tests' cluster (a dense run worker, the control worker, beat) with t
 agent, a real ``wakeful proxy`` holding the route secrets, the scripted Messages API and the
 shop as its upstreams, and a real web edge (``python -m web``). Every process exports its
 spans as JSON lines to a file of its own (``WAKEFUL_TRACES_TEST_DIR``, the test exporter of
-telemetry.py). Then:
+wakeful/telemetry.py). Then:
 
 - a signed GitHub webhook: one trace id on the web edge's span, the run task, the run, the
   model call (``chat {model}``), the proxy's span for that call (a child of it, across the
@@ -31,9 +31,9 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import agent_env
-from cli.processes import Processes, free_port, wait_for
+from wakeful.cli.processes import Processes, free_port, wait_for
 from store.tables import grants
 from test_agent_through_proxy import proxied_config
 
@@ -91,7 +91,7 @@ def test_one_trace_follows_a_wake_across_web_worker_proxy_and_control(
         try:
             proxy = procs.start("proxy", [WAKEFUL, "proxy"], extra_env={
                 "CANARY_ANTHROPIC_KEY": canary["anthropic_key"], "CANARY_SHOP_TOKEN": canary["shop_token"]})
-            procs.start("web", [sys.executable, "-m", "web"])
+            procs.start("web", [sys.executable, "-m", "wakeful.web"])
             wait_healthy(proxy_url, proxy)
             wait_for(lambda: _up(port), 60, "the web edge")
 

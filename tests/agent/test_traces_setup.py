@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import telemetry
+from wakeful import telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 

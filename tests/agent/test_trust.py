@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.conversation import STORED_BEFORE_TAINT, Conversation, as_data
-from agent.policy import tainted_by
+from wakeful.agent.conversation import STORED_BEFORE_TAINT, Conversation, as_data
+from wakeful.agent.policy import tainted_by
 from agent_support import write_config
 
 TAG = re.compile(r"[<\uff1c\ufe64]\s*/?\s*untrusted", re.IGNORECASE)
@@ -41,8 +41,8 @@ def test_taint_is_recorded_not_searched_and_kept_past_trimming() -> None:
 
 
 def test_an_ask_tools_request_also_says_what_tainted_the_conversation(tmp_path: Path) -> None:
-    from agent.config import load
-    from agent.policy import decide
+    from wakeful.agent.config import load
+    from wakeful.agent.policy import decide
 
     cfg = load(write_config(tmp_path / "agent.toml"))
     asked = decide(cfg, "refund_asked", {"order": 1}, ["an event from github"])

@@ -1,4 +1,4 @@
-"""Wakes the model sets (agent/wakes.py), in-process: the claude loop with the real SDK over
+"""Wakes the model sets (wakeful/agent/wakes.py), in-process: the claude loop with the real SDK over
 HTTP against the scripted Messages API, on a real store (both engines), runs driven by hand
 (acquire, claim, agent, fenced finish) and the scheduler called with ``now``, as in
 tests/agent/test_claude_loop.py. tests/agent/test_wakes_processes.py runs them with worker
@@ -16,12 +16,12 @@ from zoneinfo import ZoneInfo
 import anthropic
 import pytest
 
-from agent import Run
-from agent.claude import ClaudeRun
-from agent.config import ConfigError, load
-from agent.effects import execute_runnable
-from agent.scripted import ScriptedModel
-from agent import policy
+from wakeful.agent import Run
+from wakeful.agent.claude import ClaudeRun
+from wakeful.agent.config import ConfigError, load
+from wakeful.agent.effects import execute_runnable
+from wakeful.agent.scripted import ScriptedModel
+from wakeful.agent import policy
 from store import Outcome, Store
 
 
@@ -167,7 +167,7 @@ def test_bad_input_is_refused_naming_what_is_wrong(agent: Agent) -> None:
 def test_a_note_the_store_would_refuse_is_refused_at_once() -> None:
     """(A model's reply carrying a NUL fails the claude loop's finish on its own, by the
     conversation it stores; a loop of your own may pass any note to the kit.)"""
-    from agent.wakes import Limits, WakeRefused, plan
+    from wakeful.agent.wakes import Limits, WakeRefused, plan
 
     with pytest.raises(WakeRefused, match=r"^note: .*\\u0000"):
         plan({"after_seconds": 60, "note": "a\x00b"}, Limits(), "toolu_1", now=1_000_000)
@@ -269,10 +269,10 @@ def test_the_wakes_table(write_config: Any, tmp_path: Path) -> None:
 
 def test_a_custom_loop_on_the_tool_kit_gets_them_too(store: Store, write_config: Any,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """examples/custom_loop.py, unchanged: its ``kit.use`` answers the wake tools and its
+    """wakeful/examples/custom_loop.py, unchanged: its ``kit.use`` answers the wake tools and its
     ``kit.outcome`` carries the timers; the wake comes back through ``kit.text``."""
-    import agent.config as config_module
-    from examples import custom_loop
+    import wakeful.agent.config as config_module
+    from wakeful.examples import custom_loop
 
     monkeypatch.setenv(config_module.ENV, str(wakes_config(write_config)))
     monkeypatch.setattr(config_module, "_current", None)

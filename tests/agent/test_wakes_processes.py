@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 from agent_support import agent_env
 from test_wakes import call, wakes_config
 

@@ -3,7 +3,7 @@ their Outcomes carry effects the way any user's agent may."""
 
 from __future__ import annotations
 
-from agent import Run
+from wakeful.agent import Run
 from store import Effect, Outcome
 
 

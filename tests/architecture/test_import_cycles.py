@@ -1,11 +1,15 @@
 """No import cycle among our modules: each module can be read, and changed, knowing only
 what is below it. Every import counts, at module level, inside a function or under
-``TYPE_CHECKING``: a cycle hidden from the interpreter is still one for a reader."""
+``TYPE_CHECKING``: a cycle hidden from the interpreter is still one for a reader. So does a
+dynamic import of one of our modules named in the source: ``importlib.import_module("m")``,
+``pkgutil.resolve_name("m:attr")``, ``import_callable("m:attr")``, ``__import__("m")``."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 from test_layering import OURS, ROOT
 
@@ -13,6 +17,21 @@ from test_layering import OURS, ROOT
 def module_name(path: Path, root: Path) -> str:
     parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+DYNAMIC_IMPORTERS = {"import_module", "resolve_name", "import_callable", "__import__"}
+
+
+def dynamic_imports(tree: ast.AST) -> set[str]:
+    """The modules named by a string literal in a call that imports by name."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            first = node.args[0]
+            if name in DYNAMIC_IMPORTERS and isinstance(first, ast.Constant) and isinstance(first.value, str):
+                found.add(first.value.partition(":")[0])
+    return found
 
 
 def graph(root: Path = ROOT) -> dict[str, set[str]]:
@@ -25,8 +44,9 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found: set[str] = dynamic_imports(tree)
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found |= {alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom):
@@ -74,9 +94,9 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return groups
 
 
-# Every package of ours is held to it. A package's ``__init__`` that re-exports names (agent/,
-# store/) is above its own modules: they import the module that defines a name, never the
-# package, or the package and that module would import each other.
+# Every package of ours is held to it. A package's ``__init__`` that re-exports names
+# (wakeful/agent/, store/) is above its own modules: they import the module that defines a
+# name, never the package, or the package and that module would import each other.
 def test_no_import_cycle_among_our_modules() -> None:
     assert cycles(graph()) == []
 
@@ -86,18 +106,30 @@ def importers_of_own_package(edges: dict[str, set[str]], package: str) -> list[s
     return sorted(m for m, found in edges.items() if m.startswith(f"{package}.") and package in found)
 
 
-def test_agent_modules_import_the_defining_module_not_the_package() -> None:
-    # agent/__init__.py re-exports the plug-in interface for user code (``from agent import
-    # Run``); a module of agent/ importing it would sit both above and below it.
-    assert importers_of_own_package(graph(), "agent") == []
+@pytest.mark.parametrize("package", ["wakeful", "wakeful.agent", "store"])
+def test_modules_import_the_defining_module_not_the_package(package: str) -> None:
+    # wakeful/__init__.py is the agent author's face (``from wakeful import Run``) and
+    # wakeful/agent/__init__.py re-exports the plug-in interface; a module under either
+    # importing it would sit both above and below it.
+    assert importers_of_own_package(graph(), package) == []
 
 
 def test_the_check_sees_a_module_importing_its_package(tmp_path: Path) -> None:
-    (tmp_path / "agent").mkdir()
-    (tmp_path / "agent" / "__init__.py").write_text("from agent.run import Run\n")
-    (tmp_path / "agent" / "run.py").write_text("class Run: ...\n")
-    (tmp_path / "agent" / "kit.py").write_text("def f():\n    from agent import Run\n")
-    assert importers_of_own_package(graph(tmp_path), "agent") == ["agent.kit"]
+    (tmp_path / "wakeful" / "agent").mkdir(parents=True)
+    (tmp_path / "wakeful" / "__init__.py").write_text("")
+    (tmp_path / "wakeful" / "agent" / "__init__.py").write_text("from wakeful.agent.run import Run\n")
+    (tmp_path / "wakeful" / "agent" / "run.py").write_text("class Run: ...\n")
+    (tmp_path / "wakeful" / "agent" / "kit.py").write_text("def f():\n    from wakeful.agent import Run\n")
+    assert importers_of_own_package(graph(tmp_path), "wakeful.agent") == ["wakeful.agent.kit"]
+
+
+def test_the_check_sees_a_cycle_through_a_dynamic_import(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "__init__.py").write_text("")
+    (tmp_path / "store" / "migrate.py").write_text(
+        "import importlib\ndef main():\n    importlib.import_module('store.front')\n")
+    (tmp_path / "store" / "front.py").write_text("def migrate():\n    from .migrate import main\n")
+    assert cycles(graph(tmp_path)) == [["store.front", "store.migrate"]]
 
 
 def test_the_check_sees_a_cycle(tmp_path: Path) -> None:

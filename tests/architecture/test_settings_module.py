@@ -1,4 +1,4 @@
-"""settings.py: one error class, one line per bad value naming the variable (or the keyword)
+"""wakeful/settings.py: one error class, one line per bad value naming the variable (or the keyword)
 and what it accepts, never a secret's value; a bare constructor reads no environment; the
 variables shared by the web edge and the workers are parsed once, to one type."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import errors
-from settings import (ProxySettings, RuntimeSettings, SettingsError, StoreSettings, WebSettings, read_toml)
+from wakeful import errors
+from wakeful.settings import (ProxySettings, RuntimeSettings, SettingsError, StoreSettings, WebSettings, read_toml)
 
 
 def test_one_error_class_under_the_house_base() -> None:
@@ -96,7 +96,7 @@ def test_a_toml_file_that_cannot_be_read_is_one_line_naming_the_file_and_line(tm
 
 
 def test_the_agents_short_names_are_the_agent_packages() -> None:
-    from agent.loading import BUILTIN
-    from settings import BUILTIN_AGENTS
+    from wakeful.agent.loading import BUILTIN
+    from wakeful.settings import BUILTIN_AGENTS
 
     assert set(BUILTIN) == set(BUILTIN_AGENTS)

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agent.scripted import ScriptedModel
+from wakeful.agent.scripted import ScriptedModel
 
 from agent_checks import executions, tool_counts  # type: ignore[import-not-found]
 from fault_tools import CONFIG  # type: ignore[import-not-found]
@@ -26,7 +26,7 @@ from fault_tools import CONFIG  # type: ignore[import-not-found]
 TEXTS = ('call refund {{"order": {n}}}', 'call notify {{"order": {n}}}',
          'call flaky {{"order": {n}}}', 'call flaky_once {{"order": {n}}}',
          'call refund {{"order": {n}}}\ncall notify {{"order": {n}}}', 'call mcp_refund {{"order": {n}}}')
-# An MCP server's write, as a tool source like the others (agent/mcp.py); only its configured tool.
+# An MCP server's write, as a tool source like the others (wakeful/agent/mcp.py); only its configured tool.
 MCP_CONFIG = """
 [mcp.faults]
 command = "{python}"

@@ -29,7 +29,7 @@ import time
 
 from store import Message, Outcome
 
-from agent import Run
+from wakeful.agent import Run
 
 
 def agent(run: Run) -> Outcome:
@@ -76,7 +76,7 @@ def _ask(text: str) -> str:
     global _client
     import anthropic
 
-    from agent.claude import model_reply
+    from wakeful.agent.claude import model_reply
 
     if _client is None:
         _client = anthropic.Anthropic(base_url=os.environ["WAKEFUL_TEST_MODEL_URL"], api_key="fault-test",

@@ -3,7 +3,7 @@
     python fault_mcp.py CALL_LOG
 
 Each call of ``refund`` appends the idempotency key it found in the request's ``_meta``
-(agent/mcp.py's META_KEY) to CALL_LOG before it answers; the scenario maps each key to its
+(wakeful/agent/mcp.py's META_KEY) to CALL_LOG before it answers; the scenario maps each key to its
 tool use through the effects table, so the checker counts MCP executions like the others."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent.tool import ToolCall
+from wakeful.agent.tool import ToolCall
 
 CONFIG = """\
 [agent]

@@ -24,7 +24,7 @@ from typing import Any
 
 from store import Store
 
-from cli.processes import CONTROL_QUEUES, RUN_QUEUES, Proc, Processes, wait_for
+from wakeful.cli.processes import CONTROL_QUEUES, RUN_QUEUES, Proc, Processes, wait_for
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # for bench.soak, which imports this without pytest
@@ -270,7 +270,7 @@ class PrivateRedis:
     """A redis-server of our own on a free loopback port (flushed and restarted at will)."""
 
     def __init__(self, workdir: Path) -> None:
-        from cli.processes import free_port
+        from wakeful.cli.processes import free_port
 
         self.port = free_port()
         self.workdir = workdir

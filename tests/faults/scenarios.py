@@ -387,7 +387,7 @@ def approvals_at_deadline(make_stack: MakeStack, rng: random.Random, scale: int 
 
     def answer(inbox: str, rid: str, at: float, said: str) -> None:
         time.sleep(max(0.0, at - (time.time() + offset)))
-        from approval_tokens import answer_token, make_token  # an answer by task carries its own token
+        from wakeful.approval_tokens import answer_token, make_token  # an answer by task carries its own token
 
         token = answer_token(make_token(inbox, rid, secret="faults-approval-secret", expires_in=3600), said)
         result = s.client.send_task("wakeful.answer_approval", kwargs={
@@ -536,7 +536,7 @@ def model_api_down(make_stack: MakeStack, rng: random.Random, scale: int = 1) ->
     SIGKILLed meanwhile, then the API answers 529 with a Retry-After before it recovers: every
     question is answered once, none is dead (an outage far shorter than the horizon), and a
     poison event beside them is still dead at the cap."""
-    from agent.scripted import ScriptedModel
+    from wakeful.agent.scripted import ScriptedModel
 
     with ScriptedModel() as model:
         s = make_stack(WAKEFUL_TEST_MODEL_URL=model.base_url, WAKEFUL_OUTAGE_BACKOFF_BASE="1",

@@ -38,7 +38,7 @@ class Doors:
         return "\n".join(f"--- {p.name} ---\n{p.text()[-tail:]}" for p in self.procs.procs)
 
     def wait(self, condition, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
-        from cli.processes import wait_for
+        from wakeful.cli.processes import wait_for
 
         try:
             return wait_for(condition, timeout, what)
@@ -64,12 +64,12 @@ def _started(home: Path, database_url: str, broker_url: str) -> Iterator[Doors]:
     import subprocess
     import sys
 
-    from cli.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
+    from wakeful.cli.processes import CONTROL_QUEUES, RUN_QUEUES, Processes
 
     home.mkdir()
     env = stack_env(home, database_url, broker_url)
     if broker_url.startswith("sqla+"):  # what `wakeful up` does first: the broker's tables and queues
-        subprocess.run([sys.executable, "-m", "cli.main", "init"], env=env, check=True,
+        subprocess.run([sys.executable, "-m", "wakeful.cli.main", "init"], env=env, check=True,
                        capture_output=True, timeout=120)
     store = Store.connect(database_url)
     procs = Processes(env=env, logdir=home / "logs")

@@ -21,7 +21,7 @@ def stack_env(home: Path, database_url: str, broker_url: str, **extra: str) -> d
         "WAKEFUL_DATABASE_URL": database_url,
         "WAKEFUL_BROKER_URL": broker_url,
         "WAKEFUL_OUTBOX_CHANNEL": f"jsonl:{home / 'sent.jsonl'}",
-        "WAKEFUL_AGENT": "agent.demo:agent",
+        "WAKEFUL_AGENT": "wakeful.agent.demo:agent",
         "WAKEFUL_SWEEP_INTERVAL": "1",
         "WAKEFUL_SCAN_INTERVAL": "1",
         "WAKEFUL_LEASE_TTL": "5",

@@ -11,7 +11,7 @@ import pytest
 import redis
 from hostile_support import APPROVAL_SECRET
 
-from approval_tokens import answer_token, make_token
+from wakeful.approval_tokens import answer_token, make_token
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.processes]
 
@@ -79,7 +79,7 @@ def test_an_answer_taken_off_the_queue_and_changed_is_refused(doors, carried: st
     client.send_task("wakeful.answer_approval",
                      kwargs={"inbox": "ops", "request_id": "deploy-9", "answer": "no", "token": token})
     _flip_on_the_queue(redis.Redis.from_url(doors.broker_url), "celery", "wakeful.answer_approval")
-    from cli.processes import CONTROL_QUEUES
+    from wakeful.cli.processes import CONTROL_QUEUES
 
     doors.procs.wait_ready(doors.procs.worker("control-again", CONTROL_QUEUES, concurrency=2))
 

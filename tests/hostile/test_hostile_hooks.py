@@ -13,10 +13,10 @@ import httpx
 import pytest
 from hostile_support import github_signed, stack_env
 
-from cli.processes import Processes, free_port, wait_for
+from wakeful.cli.processes import Processes, free_port, wait_for
 from store import Store
 from store.hook_secrets import new_key
-from web.hooks import REFRESH_SECONDS
+from wakeful.web.hooks import REFRESH_SECONDS
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
 
@@ -24,7 +24,7 @@ GLOBAL = "global-github-secret"
 
 
 def wakeful(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env, input=stdin,
+    return subprocess.run([sys.executable, "-m", "wakeful.cli.main", *args], env=env, input=stdin,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -37,7 +37,7 @@ def test_per_inbox_secrets_in_a_running_web_process(pg_url: str, tmp_path: Path)
     del env["WAKEFUL_BROKER_URL"]  # the embedded broker under home: `wakeful init` makes it
     assert wakeful(env, "init").returncode == 0
     procs = Processes(env=env, logdir=home / "logs")
-    web = procs.start("web", [sys.executable, "-m", "web"], ready_marker="Application startup complete")
+    web = procs.start("web", [sys.executable, "-m", "wakeful.web"], ready_marker="Application startup complete")
     a, b, c = (f"{n}-{uuid.uuid4().hex[:6]}" for n in "abc")
     try:
         procs.wait_ready(web, timeout=60)

@@ -18,7 +18,7 @@ RAW = ("\x1b", "\r", "\u202e")
 
 
 def test_model_text_reaches_the_log_channel_escaped(doors) -> None:
-    from cli.processes import CONTROL_QUEUES
+    from wakeful.cli.processes import CONTROL_QUEUES
 
     [control] = [p for p in doors.procs.procs if p.name == "control"]
     doors.procs.stop(control)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from hostile_support import stack_env
 
-from cli.processes import Processes, free_port, wait_for
+from wakeful.cli.processes import Processes, free_port, wait_for
 from store import Store
 from tasks.channels.webhook import WebhookChannel, WebhookError
-from settings import RuntimeSettings
+from wakeful.settings import RuntimeSettings
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
 
@@ -56,7 +56,7 @@ def test_no_process_logs_a_password_or_token(pg_url: str, private_redis: str, tm
                     WAKEFUL_OUTBOX_CHANNEL=hook_url, WAKEFUL_WEBHOOK_ATTEMPTS="2",
                     WAKEFUL_DISPATCH_INTERVAL="1")
     procs = Processes(env=env, logdir=home / "logs")
-    from cli.processes import CONTROL_QUEUES, RUN_QUEUES
+    from wakeful.cli.processes import CONTROL_QUEUES, RUN_QUEUES
 
     started = [procs.worker("worker", RUN_QUEUES), procs.worker("control", CONTROL_QUEUES, concurrency=2),
                procs.beat()]
@@ -64,13 +64,13 @@ def test_no_process_logs_a_password_or_token(pg_url: str, private_redis: str, tm
     try:
         procs.wait_ready(*started, timeout=90)
         inbox = f"s-{uuid.uuid4().hex[:6]}"
-        sent = subprocess.run([sys.executable, "-m", "cli.main", "ingest", inbox, "chat", "1",
+        sent = subprocess.run([sys.executable, "-m", "wakeful.cli.main", "ingest", inbox, "chat", "1",
                                '{"text": "hello", "urgent": true}'], env=env, capture_output=True,
                               text=True, timeout=60)
         assert sent.returncode == 0, sent.stderr
         control = started[1]
         wait_for(lambda: "did not take message" in control.text(), 60, "a failed webhook send logged")
-        status = subprocess.run([sys.executable, "-m", "cli.main", "status"], env=env,
+        status = subprocess.run([sys.executable, "-m", "wakeful.cli.main", "status"], env=env,
                                 capture_output=True, text=True, timeout=60)
         text = "\n".join(p.text() for p in procs.procs) + status.stdout + status.stderr
         assert "127.0.0.1" in text  # the logs do name where things are

@@ -23,13 +23,13 @@ from operator_support import Content
 @pytest.fixture
 def rings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     rung: list[str] = []
-    monkeypatch.setattr("cli.operator.ring", rung.append)
+    monkeypatch.setattr("wakeful.cli.operator.ring", rung.append)
     return rung
 
 
 @pytest.fixture
 def wakeful(db_url: str, rings: list[str]) -> Callable[..., Result]:
-    from cli.main import cli
+    from wakeful.cli.main import cli
 
     runner = CliRunner()
 

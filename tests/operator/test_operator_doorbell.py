@@ -45,7 +45,7 @@ def test_requeue_and_answer_ring_the_inbox(pg_url: str, redis_number: int, tmp_p
                    WAKEFUL_BROKER_URL=f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_number}")
 
         def wakeful(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env,
+            return subprocess.run([sys.executable, "-m", "wakeful.cli.main", *args], env=env,
                                   capture_output=True, text=True, timeout=60)
 
         requeued = wakeful("requeue", str(event.id), "--json")

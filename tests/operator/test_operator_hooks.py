@@ -14,7 +14,7 @@ from store.hook_secrets import cipher, new_key
 
 def test_hooks_set_list_remove_rekey(db_url: str, make_store: Callable[..., Store],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from cli.main import cli
+    from wakeful.cli.main import cli
 
     old, new = new_key(), new_key()
     runner = CliRunner()

@@ -101,7 +101,7 @@ def test_summary_task_is_registered_and_scheduled_daily() -> None:
 
     import tasks
     from tasks.celeryconfig import celery_config
-    from settings import RuntimeSettings, SettingsError
+    from wakeful.settings import RuntimeSettings, SettingsError
 
     assert "wakeful.daily_summary" in tasks.app.tasks
     config = celery_config(RuntimeSettings.from_env({"WAKEFUL_SUMMARY_HOUR": "6",
@@ -116,8 +116,8 @@ def test_summary_task_is_registered_and_scheduled_daily() -> None:
 
 def test_flower_shows_each_runs_inbox_and_summary() -> None:
     """Flower 2.2 hides args and results by default; `wakeful flower` shows them."""
-    from cli.flower import flower_command
-    from settings import RuntimeSettings
+    from wakeful.cli.flower import flower_command
+    from wakeful.settings import RuntimeSettings
 
     s = RuntimeSettings.from_env({"WAKEFUL_FLOWER_BASIC_AUTH": "operator:long-enough",
                            "WAKEFUL_BROKER_URL": "redis://127.0.0.1:6379/0"})

@@ -14,7 +14,7 @@ import pytest
 from databases import create_pg_database, drop_pg_database
 from proxy_support import WAKEFUL, Stack, Upstream, proxy_env, wait_healthy
 
-from cli.processes import Processes, free_port
+from wakeful.cli.processes import Processes, free_port
 from store import Store
 
 

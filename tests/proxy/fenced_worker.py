@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 
-from agent.egress import Egress
+from wakeful.agent.egress import Egress
 from store import Store
 
 

@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cli.processes import Proc, Processes, free_port, wait_for
+from wakeful.cli.processes import Proc, Processes, free_port, wait_for
 from store import Store
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from proxy_support import Stack
 
-from agent.egress import Egress
-from cli.processes import wait_for
+from wakeful.agent.egress import Egress
+from wakeful.cli.processes import wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
 WORKER = str(Path(__file__).with_name("fenced_worker.py"))

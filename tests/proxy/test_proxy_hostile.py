@@ -14,8 +14,8 @@ import pytest
 from proxy_support import ENCODINGS, WAKEFUL, Stack, proxy_env, wait_healthy
 from slow_clients import half_sent, half_sent_after_a_request, still_open
 
-from cli.processes import Processes, free_port, wait_for
-from proxy.scrub import REDACTED
+from wakeful.cli.processes import Processes, free_port, wait_for
+from wakeful.proxy.scrub import REDACTED
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 from proxy_support import WAKEFUL, Stack
 
-from agent.egress import Egress, EgressError, RouteClient, using, client
-from proxy.scrub import REDACTED
+from wakeful.agent.egress import Egress, EgressError, RouteClient, using, client
+from wakeful.proxy.scrub import REDACTED
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes]
 
@@ -114,7 +114,7 @@ def test_server_sent_events_pass_as_they_arrive_with_a_split_secret_scrubbed(sta
 
 
 def test_a_caller_that_leaves_mid_stream_is_recorded(stack: Stack) -> None:
-    from cli.processes import wait_for
+    from wakeful.cli.processes import wait_for
 
     grant = stack.grant("px-gone", ["shop"])
     stack.upstream.gate.clear()
@@ -234,9 +234,9 @@ def test_web_metrics_count_the_proxys_refusals_by_route_and_outcome(stack: Stack
     import uvicorn
     from prometheus_client.parser import text_string_to_metric_families
 
-    from cli.processes import free_port
-    from web.app import create_app
-    from settings import WebSettings
+    from wakeful.cli.processes import free_port
+    from wakeful.web.app import create_app
+    from wakeful.settings import WebSettings
 
     stack.get("/shop/admin", stack.grant("px-metrics", ["shop"]))
     stack.get("/shop/orders/1")
@@ -278,10 +278,10 @@ def test_wakeful_audit_shows_an_inboxs_requests(stack: Stack) -> None:
 
 
 def test_an_http_tool_of_the_agent_kit_runs_through_the_proxy(stack: Stack) -> None:
-    """agent/tools.py's HTTP tool and ToolCall.http reach the route under the current grant;
+    """wakeful/agent/tools.py's HTTP tool and ToolCall.http reach the route under the current grant;
     a refusal is an error tool_result carrying the status and the proxy's reason."""
-    from agent.tool import Tool, ToolCall
-    from agent.tools import run
+    from wakeful.agent.tool import Tool, ToolCall
+    from wakeful.agent.tools import run
 
     def tool(name: str, method: str, path: str) -> Tool:
         return Tool(name=name, policy="allow", effect="write" if method == "POST" else "read",

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from proxy.app import target_of
-from proxy.routes import Rule, RoutesError, parse
-from proxy.scrub import REDACTED, Scrubber, Secrets
-from settings import ProxySettings, SettingsError
+from wakeful.proxy.app import target_of
+from wakeful.proxy.routes import Rule, RoutesError, parse
+from wakeful.proxy.scrub import REDACTED, Scrubber, Secrets
+from wakeful.settings import ProxySettings, SettingsError
 
 SECRETS = ["sk-ant-api03-AbC/def+123456789", "shop-token-0123456789abcdef"]
 COMPILED = Secrets.of(SECRETS)  # as the proxy does: once (tens of ms), not per response
@@ -88,7 +88,7 @@ def test_the_scrubber_leaves_near_misses_alone() -> None:
 def test_a_route_passes_the_headers_it_names_and_the_usual_ones_only() -> None:
     from starlette.datastructures import Headers
 
-    from proxy.app import passed_headers
+    from wakeful.proxy.app import passed_headers
 
     [route] = parse({"shop": _route(pass_headers=["Shop-Version"])}, "a.toml", ENV).values()
     sent = Headers(raw=[(k.encode(), b"v") for k in ("shop-version", "content-type", "anthropic-beta", "x-api-key",
@@ -196,7 +196,7 @@ def test_a_bad_routes_table_stops_the_proxy_process_before_it_listens(tmp_path: 
 
 
 def test_the_worker_finds_the_proxy_by_its_url() -> None:
-    from agent.egress import proxy_url
+    from wakeful.agent.egress import proxy_url
 
     assert proxy_url({}) == "http://127.0.0.1:8780" == ProxySettings().url
     assert proxy_url({"WAKEFUL_PROXY_URL": "http://proxy:8780/"}) == "http://proxy:8780"

@@ -36,7 +36,7 @@ FAST_ENV = {
     "WAKEFUL_SCAN_INTERVAL": "0.5",
     "WAKEFUL_SWEEP_INTERVAL": "0.5",
     "WAKEFUL_DISPATCH_INTERVAL": "0.5",
-    "WAKEFUL_AGENT": "agent.demo:agent",
+    "WAKEFUL_AGENT": "wakeful.agent.demo:agent",
 }
 
 
@@ -100,7 +100,7 @@ class Cluster:
         return len(events) >= count and all(e.status in ("done", "dead") for e in events)
 
     def wait(self, condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-        from cli.processes import wait_for
+        from wakeful.cli.processes import wait_for
 
         try:
             return wait_for(condition, timeout, what)
@@ -188,7 +188,7 @@ def make_cluster(backend: str, request: pytest.FixtureRequest, tmp_path: Path
 
 
 def _start(cluster: Cluster, run_workers: int, beat: bool, run_slots: int) -> None:
-    from cli.processes import CONTROL_QUEUES, RUN_POOL, RUN_QUEUES, Processes
+    from wakeful.cli.processes import CONTROL_QUEUES, RUN_POOL, RUN_QUEUES, Processes
 
     # What `wakeful init` does before a Procfile starts: the embedded broker's tables and
     # queues, so the processes below do not race to create them. (The store is migrated

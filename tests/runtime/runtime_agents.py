@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent import Run
+from wakeful.agent import Run
 
 
 def invalid_outcome(run: Run) -> object:
@@ -23,7 +23,7 @@ def apart_probe(run: Run) -> object:
     import os
     import time
 
-    from agent import TryLater
+    from wakeful.agent import TryLater
     from store import Outcome
 
     p = run.events[0].payload or {}

@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from cli.processes import RUN_QUEUES
+from wakeful.cli.processes import RUN_QUEUES
 from tasks.celeryconfig import RUNS_QUEUE
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
@@ -77,7 +77,7 @@ def test_the_replies_of_a_burst_ring_one_dispatch_task_which_sends_them_all(make
     unstarted the others only add their inbox to it (here: no outbox worker until all 20
     runs are done, so exactly one message waits), and that task sends every inbox's reply."""
     from tasks.celeryconfig import OUTBOX_QUEUE
-    from cli.processes import CONTROL_QUEUES
+    from wakeful.cli.processes import CONTROL_QUEUES
 
     c = make_cluster(run_workers=1, beat=False, env={**QUIET, "WAKEFUL_DOORBELL_COALESCE_SECONDS": "120",
                                                       "WAKEFUL_OUTBOX_GAP": "0"})

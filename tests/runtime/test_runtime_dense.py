@@ -20,7 +20,7 @@ import pytest
 from databases import REDIS_HOST, REDIS_PORT
 from sqlalchemy import create_engine, text
 
-from cli.processes import RUN_CONCURRENCY, RUN_POOL
+from wakeful.cli.processes import RUN_CONCURRENCY, RUN_POOL
 from tasks.runtime import DENSE_GC_THRESHOLDS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))

@@ -59,7 +59,7 @@ def test_a_poison_that_exits_a_dense_worker_parks_only_itself_dead(stack: Stack)
 
 # --- what crosses the boundary (a real fork server and children; no services) -------------
 def _run(payload: dict, attempts: int, heartbeat=lambda: True, grant=lambda routes, ttl: "grant-token"):  # type: ignore[no-untyped-def]
-    from agent import Run
+    from wakeful.agent import Run
     from store import Event
 
     return Run(inbox="apart", events=[Event(7, "apart", "chat", "m-1", payload, "running", attempts)],
@@ -72,7 +72,7 @@ def test_a_retried_batch_in_a_shared_process_runs_apart_and_what_crosses_back(mo
 
     from celery.exceptions import SoftTimeLimitExceeded
 
-    from agent import LeaseLost, TryLater
+    from wakeful.agent import LeaseLost, TryLater
     from runtime_agents import apart_probe
     from tasks import isolation, runtime
 

@@ -29,7 +29,7 @@ def compose() -> dict:
 
 
 def test_procfile_has_the_process_types() -> None:
-    from cli.processes import RUN_CONCURRENCY, RUN_POOL
+    from wakeful.cli.processes import RUN_CONCURRENCY, RUN_POOL
 
     assert list(procfile()) == ["web", "worker", "control", "beat", "flower", "proxy"]
     assert f"-P {RUN_POOL} -c {RUN_CONCURRENCY}" in procfile()["worker"]  # what the tests run

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli.processes import CONTROL_QUEUES
+from wakeful.cli.processes import CONTROL_QUEUES
 from tasks.celeryconfig import OUTBOX_QUEUE, RUNS_QUEUE
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]

@@ -24,7 +24,7 @@ def _free_port() -> int:
 
 
 def _wakeful(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "wakeful.cli.main", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -52,7 +52,7 @@ def test_flower_answers_401_without_credentials_and_200_with(tmp_path: Path, red
            "WAKEFUL_FLOWER_BASIC_AUTH": "admin:correct-horse-battery",
            "WAKEFUL_FLOWER_PORT": str(port)}
     log = open(tmp_path / "flower.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "flower"], env=env, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "wakeful.cli.main", "flower"], env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
         url = f"http://127.0.0.1:{port}"

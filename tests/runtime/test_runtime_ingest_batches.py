@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from cli.processes import CONTROL_QUEUES
+from wakeful.cli.processes import CONTROL_QUEUES
 from tasks.celeryconfig import DEFAULT_QUEUE
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]

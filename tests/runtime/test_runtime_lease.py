@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from cli.processes import RUN_QUEUES
+from wakeful.cli.processes import RUN_QUEUES
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
 ON_POSTGRES = pytest.mark.parametrize("backend", [pytest.param("redis_pg", marks=[pytest.mark.postgres,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pgbouncer import running_pgbouncer, server_connections, through
 
-from cli.processes import holder_pid, pgid_of
+from wakeful.cli.processes import holder_pid, pgid_of
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
 

@@ -19,7 +19,7 @@ import pytest
 
 import signal
 
-from cli.processes import holder_pid, pgid_of
+from wakeful.cli.processes import holder_pid, pgid_of
 
 pytestmark = pytest.mark.processes
 
@@ -41,7 +41,7 @@ bad = app.send_task("wakeful.ingest", kwargs={"inbox": "alice", "source": "githu
                     ignore_result=False).get(timeout=30, interval=0.05)
 odd = app.send_task("wakeful.ingest", kwargs={"inbox": "alice", "source": "github",
                     "payload": {}, "sauce": "x"}, ignore_result=False).get(timeout=30, interval=0.05)
-loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tasks", "store", "web", "beat_schedule"))
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tasks", "store", "wakeful", "beat_schedule"))
 print(json.dumps({"results": results, "bad": bad, "odd": odd, "wakeful_modules": loaded}))
 """
 
@@ -130,7 +130,7 @@ def test_recurring_timer_fires_through_beat(make_cluster) -> None:
 
 
 def test_unanswered_approval_resumes_the_agent_as_expired(make_cluster) -> None:
-    from approval_tokens import answer_token, make_token  # an answer by task carries its own token
+    from wakeful.approval_tokens import answer_token, make_token  # an answer by task carries its own token
 
     def token(request_id: str) -> str:
         return answer_token(make_token("frank", request_id, secret="runtime-approval-secret", expires_in=3600), "yes")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis as redis_py
 
-from cli.processes import free_port
+from wakeful.cli.processes import free_port
 
 pytestmark = [pytest.mark.processes, pytest.mark.redis]
 

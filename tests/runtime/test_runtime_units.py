@@ -20,7 +20,7 @@ from tasks.celeryconfig import celery_config
 from tasks.channels import load_channel
 from tasks.channels.log import JsonlChannel
 from tasks.channels.webhook import WebhookChannel, WebhookError
-from settings import RuntimeSettings, SettingsError
+from wakeful.settings import RuntimeSettings, SettingsError
 
 
 def test_nothing_set_means_everything_embedded_under_var() -> None:
@@ -28,7 +28,7 @@ def test_nothing_set_means_everything_embedded_under_var() -> None:
     assert s.store_url == f"sqlite:///{Path('var/wakeful.sqlite3').resolve()}"
     assert s.broker.startswith("sqla+sqlite:///") and s.embedded_broker
     assert s.results.startswith("db+sqlite:///")
-    assert s.agent == "agent.demo:agent" and s.outbox_channel == "log"
+    assert s.agent == "wakeful.agent.demo:agent" and s.outbox_channel == "log"
 
 
 def test_settings_come_from_the_environment_and_bad_values_name_the_variable() -> None:
@@ -146,14 +146,14 @@ def test_channels_are_chosen_by_configuration(tmp_path: Path) -> None:
 
 
 def test_agent_plugin_is_loaded_by_name() -> None:
-    from agent import load_agent
-    from agent.demo import agent
+    from wakeful.agent import load_agent
+    from wakeful.agent.demo import agent
 
-    assert load_agent("agent.demo:agent") is agent
+    assert load_agent("wakeful.agent.demo:agent") is agent
     with pytest.raises(ValueError):
-        load_agent("agent.demo")
+        load_agent("wakeful.agent.demo")
     with pytest.raises(AttributeError):
-        load_agent("agent.demo:nobody")
+        load_agent("wakeful.agent.demo:nobody")
 
 
 def test_ring_never_raises_when_the_broker_is_down(tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ def test_cli_ingest_answer_status_on_the_embedded_default(tmp_path: Path) -> Non
     env = base_env(tmp_path)
 
     def wakeful(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cli.main", *args], env=env, cwd=tmp_path,
+        return subprocess.run([sys.executable, "-m", "wakeful.cli.main", *args], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=60)
 
     assert wakeful("init").returncode == 0
@@ -294,7 +294,7 @@ def test_the_lease_keeper_renews_every_held_run_in_one_statement_until_it_ends_i
         db_url: str) -> None:
     import threading
 
-    from cli.processes import wait_for
+    from wakeful.cli.processes import wait_for
     from tasks.lease_keeper import LeaseKeeper
 
     keeper = LeaseKeeper()
@@ -347,7 +347,7 @@ def test_a_heartbeat_renews_only_when_the_renewal_is_near_and_reports_a_lost_lea
 def test_the_lease_keeper_wakes_for_a_run_due_before_its_own_next_wake_up(db_url: str) -> None:
     """It sleeps a long lease's third with nothing held and is not woken by runs due after
     that; a run due sooner (a shorter lease) must wake it, or it would lapse unrenewed."""
-    from cli.processes import wait_for
+    from wakeful.cli.processes import wait_for
     from tasks.lease_keeper import LeaseKeeper
 
     keeper = LeaseKeeper()
@@ -385,8 +385,8 @@ def test_a_drainer_rings_for_help_only_once_it_has_drained_for_a_while(
 def test_an_answer_its_token_does_not_authorise_is_refused_as_not_authorized(monkeypatch) -> None:
     """A wrong, missing or expired token is a caller without the right to answer, not a
     malformed event: its own error (still recorded and answered with one line)."""
-    from approval_tokens import NotAuthorized
-    from errors import WakefulError
+    from wakeful.approval_tokens import NotAuthorized
+    from wakeful.errors import WakefulError
     from store import InvalidEvent
     from tasks import approvals
 

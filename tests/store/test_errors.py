@@ -36,7 +36,7 @@ def test_an_unknown_constraint_is_left_as_it_was_raised(store: Store) -> None:
 
 def test_every_store_error_is_a_wakeful_error_and_still_a_value_error() -> None:
     import store
-    from errors import WakefulError
+    from wakeful.errors import WakefulError
     from store.hook_secrets import SecretsKeyError
 
     for error in (store.InvalidEvent, store.InvalidTimer, store.InvalidOutcome, store.InvalidCall, SecretsKeyError):

@@ -106,12 +106,12 @@ def test_every_registered_statement_compiles_into_a_function() -> None:
 
 def test_the_migrations_define_each_function_as_the_code_compiles_it() -> None:
     """The function a statement runs as is schema: when a statement changes (or goes), a new
-    migration must say so. ``python -m store.migrate`` prints what it must define."""
+    migration must say so. ``python -m store.next_migration`` prints what it must define."""
     expected = {plan.name: plan.create for plan in plans.registered()}
     written = migrate.plan_functions()
     assert sorted(written) == sorted(expected), "a plan function the code does not call, or one no migration creates"
     for name, create in expected.items():
-        assert written[name] == create, f"{name} changed: run python -m store.migrate and write the next migration"
+        assert written[name] == create, f"{name} changed: run python -m store.next_migration and write the next migration"
 
 
 def test_the_migrations_alone_create_exactly_the_functions_the_code_calls(pg_template: str) -> None:

@@ -21,8 +21,8 @@ import pytest
 from databases import create_pg_database, drop_pg_database, service_missing
 
 from store import Store
-from web.app import create_app
-from settings import WebSettings
+from wakeful.web.app import create_app
+from wakeful.settings import WebSettings
 from web_support import Client, web_settings
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

@@ -15,7 +15,7 @@ import pytest
 from test_uvicorn import Server, start, stop
 
 from store import Effect, Outcome, Store
-from approval_tokens import approval_link
+from wakeful.approval_tokens import approval_link
 from web_support import APPROVAL_SECRET
 
 CHROMIUM = "/usr/bin/chromium"

@@ -10,7 +10,7 @@ import pytest
 
 from web_support import APPROVAL_SECRET, Client
 from store import Store
-from approval_tokens import approval_link, make_token
+from wakeful.approval_tokens import approval_link, make_token
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_approvals_refused_when_no_secret_is_configured(web_store: Store, inbox:
     import anyio.from_thread
 
     from web_support import web_settings
-    from web.app import create_app
+    from wakeful.web.app import create_app
 
     app = create_app(store=web_store, ring=lambda i: None, settings=web_settings(approval_secrets=()), clock=clock)
     with anyio.from_thread.start_blocking_portal() as portal:

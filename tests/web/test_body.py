@@ -7,8 +7,8 @@ import json
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from web.body import parse_object
-from web.refusals import Refused
+from wakeful.web.body import parse_object
+from wakeful.web.refusals import Refused
 
 
 def parse(body: bytes, depth: int = 32, digits: int = 64):  # type: ignore[no-untyped-def]

@@ -14,8 +14,8 @@ from sqlalchemy import select, update
 from store import InvalidEvent, Store
 from store.hook_secrets import cipher, new_key
 from store.tables import hook_secrets
-from web import create_app
-from web.hooks import REFRESH_SECONDS
+from wakeful.web import create_app
+from wakeful.web.hooks import REFRESH_SECONDS
 from web_signing import body_of, github_headers, stripe_headers
 from web_support import GITHUB_SECRET, STRIPE_SECRET, Client, web_settings
 

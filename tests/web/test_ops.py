@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from web_support import GITHUB_SECRET, Client
 from store import Store
-from web.app import create_app
+from wakeful.web.app import create_app
 from web_signing import body_of, github_headers
 
 

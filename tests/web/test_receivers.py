@@ -10,7 +10,7 @@ import pytest
 
 from web_support import GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET, Client, web_settings
 from store import Store
-from web.app import create_app
+from wakeful.web.app import create_app
 from web_signing import body_of, github_headers, standard_headers, stripe_headers
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from settings import SettingsError, WebSettings
+from wakeful.settings import SettingsError, WebSettings
 
 
 def test_defaults_refuse_everything_unsigned() -> None:

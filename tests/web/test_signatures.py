@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 from standardwebhooks.webhooks import Webhook
 
-from web.refusals import Refused
-from web.signatures import verify_github, verify_standard, verify_stripe
+from wakeful.web.refusals import Refused
+from wakeful.web.signatures import verify_github, verify_standard, verify_stripe
 from web_signing import github_headers, standard_headers, stripe_headers
 
 NOW = 1_700_000_000

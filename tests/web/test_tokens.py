@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from settings import SettingsError, WebSettings
-from approval_tokens import answer_token, approval_link, check_token, make_token
+from wakeful.settings import SettingsError, WebSettings
+from wakeful.approval_tokens import answer_token, approval_link, check_token, make_token
 
 KEY = "k" * 32
 NOW = 1_700_000_000

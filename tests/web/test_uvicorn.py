@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from slow_clients import half_sent, half_sent_after_a_request, still_open
 from web_support import APPROVAL_SECRET, GITHUB_SECRET, STRIPE_SECRET, WEBHOOK_SECRET
 from store import Store
-from approval_tokens import approval_link
+from wakeful.approval_tokens import approval_link
 from web_signing import body_of, github_headers, stripe_headers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +61,7 @@ def start(db_url: str, home: Path, init: bool = True, **extra: str) -> Server:
         assert done.returncode == 0, done.stdout + done.stderr
     log = home / "web.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "web"], cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "wakeful.web"], cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     server = Server(proc, url, log)
     deadline = time.monotonic() + 30

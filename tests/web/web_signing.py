@@ -1,4 +1,4 @@
-"""Build requests the way each sender signs them (independently of web/signatures.py where
+"""Build requests the way each sender signs them (independently of wakeful/web/signatures.py where
 the standard allows: GitHub and Stripe by hand from their docs, Standard Webhooks with the
 reference library)."""
 

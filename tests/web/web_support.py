@@ -8,7 +8,7 @@ import anyio
 import anyio.from_thread
 import httpx
 
-from settings import WebSettings
+from wakeful.settings import WebSettings
 
 GITHUB_SECRET = "gh-secret-for-tests"
 STRIPE_SECRET = "whsec_stripe_test_secret"

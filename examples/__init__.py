@@ -1,1 +1,0 @@
-"""Agent loops built on wakeful's tool kit (agent/kit.py); docs/agent.md walks through them."""

@@ -1,0 +1,245 @@
+"""The tool kit: the built-in claude loop's guarantees for an agent loop of your own.
+
+An agent is any callable ``agent(run: Run) -> Outcome`` (``WAKEFUL_AGENT=module:callable``).
+Built on a :class:`Toolkit`, its tool calls get what the claude agent's get, by the same
+code (wakeful/agent/policy.py, wakeful/agent/tools.py, wakeful/agent/effects.py):
+
+- the tools are the ``[tools.*]`` (and every other source's) tables of the same
+  ``WAKEFUL_AGENT_CONFIG`` TOML; ``offered()`` lists them for your model;
+- ``use(name, input)`` decides the call against the policy before anything runs: refused
+  (unknown, denied, an input its schema refuses), run inline (an allowed read: the answer
+  now), or proposed as an effect (a write: committed by this run's fenced finish and run
+  once after it by the executor; ``ask``, or any write while untrusted text is in view,
+  waits for a human's yes first);
+- taint: an event of a source ``trusted_sources`` does not name, and a tool's answer not
+  declared ``trusted_output``, are data (``text(event)`` and the answers come wrapped as
+  such) and make every later write wait for a yes. The kit records it where the text enters
+  (an untrusted event taints as soon as the kit reads the batch, whether or not your loop
+  shows it to a model) and keeps it in the inbox's memory for as long as the kit's state;
+- in a later run, ``results`` holds what came back for earlier uses: an effect's result
+  (source ``tool``) or the human's answer (source ``approval``: yes, the effect runs after
+  this run's finish; no or expired, it never runs);
+- ``outcome(...)`` returns your Outcome with the proposed effects, the answers read (which
+  the finish settles) and the kit's state in memory. A fenced run's Outcome is refused by
+  the store, so nothing it proposed ever runs.
+
+An effect whose tool no configured tool can run is refused as ``InvalidOutcome``: here, by
+``outcome()``, and by the runtime before the finish for any agent (tasks/runs.py calls
+:func:`agent.effects.refuse_unrunnable`), so nothing of that run is stored and the run
+fails with the reason in its run log. See docs/agent.md for a complete loop and one on
+Pydantic AI (wakeful/examples/).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from typing import Any
+
+from store import Effect, Event, Message, Outcome
+from store.effects import defang, idempotency_key
+
+from wakeful.agent import policy, tools, wakes
+from wakeful.agent.config import RUN_GRANT_TTL, AgentConfig, current
+from wakeful.agent.conversation import Conversation
+from wakeful.agent.effects import refuse_unrunnable
+from wakeful.agent.run import Run
+from wakeful.agent.tool import Tool, ToolCall
+
+__all__ = ["ToolResult", "ToolUse", "Toolkit"]
+
+log = logging.getLogger("wakeful.agent.kit")
+MEMORY_KEY = "toolkit"
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """What became of one tool call, at once."""
+
+    tool_use_id: str
+    tool: str
+    # "refused" (nothing ran; ``content`` says why), "done" / "error" (an allowed read ran
+    # inline; ``content`` is its answer as the model should read it), "proposed" (a write,
+    # run after this run's finish), "asked" (a write waiting for a human's yes)
+    status: str
+    content: str = ""
+    is_error: bool = False
+    why: str = ""  # for "asked" when the policy alone would not ask: what untrusted text was in view
+
+    @property
+    def waiting(self) -> bool:
+        """Its result comes in a later run (``Toolkit.results``)."""
+        return self.status in ("proposed", "asked")
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What came back in this run for a tool use of an earlier run."""
+
+    tool_use_id: str
+    tool: str
+    # "done" / "error" (the executor ran it), "approved" (a human said yes: it runs after
+    # this run's finish, its result comes later), "refused" / "expired" (it never runs)
+    status: str
+    content: str
+    is_error: bool
+
+    @property
+    def final(self) -> bool:
+        return self.status != "approved"
+
+
+class Toolkit:
+    """One run's tool calls under the config's policy. Make one per run, first thing."""
+
+    def __init__(self, run: Run, config: AgentConfig | None = None, memory_key: str = MEMORY_KEY) -> None:
+        cfg = config if config is not None else current()
+        assert cfg is not None
+        self.run, self.config, self.memory_key = run, cfg, memory_key
+        state = run.memory.get(memory_key) or {}
+        # tool use id -> {"tool": name, "status": "asked" | "proposed"}: what earlier runs wait for
+        self._pending: dict[str, dict[str, str]] = {k: dict(v) for k, v in (state.get("pending") or {}).items()}
+        self._taint = Conversation(tainted=list(state.get("tainted") or []))  # its taint rule, reused
+        self._effects: list[Effect] = []
+        self._answered: list[str] = []
+        self._used: set[str] = set()
+        self.results: list[ToolResult] = []
+        self.events: list[Event] = []  # the batch but for results and answers, oldest first
+        self._wakes = wakes.RunWakes.of(cfg, run)  # schedule_wake / cancel_wake: Outcome timers
+        self._read_batch()
+
+    # -- what came in ---------------------------------------------------------------------
+
+    def _read_batch(self) -> None:
+        for event in self.run.events:
+            payload = event.payload or {}
+            waited = self._pending.get(event.source_id)
+            if event.source == "tool" and waited is not None:
+                self._result(event.source_id, str(payload.get("tool") or waited["tool"]),
+                             str(payload.get("content", "")), bool(payload.get("is_error")))
+            elif event.source == "approval" and waited is not None and waited["status"] == "asked":
+                self._answer(event.source_id, waited["tool"], str(payload.get("answer")))
+            elif event.source in ("tool", "approval"):
+                log.info("inbox %r: %s/%s is for no tool use the kit waits for; ignored",
+                         self.run.inbox, event.source, event.source_id)
+            else:
+                self.events.append(event)
+                self.text(event)  # taints now: the loop may show it to a model any way it likes
+
+    def _result(self, tool_use_id: str, name: str, content: str, is_error: bool) -> None:
+        del self._pending[tool_use_id]
+        text = self._output(tool_use_id, name, content)
+        self.results.append(ToolResult(tool_use_id, name, "error" if is_error else "done", text, is_error))
+
+    def _answer(self, tool_use_id: str, name: str, answer: str) -> None:
+        self._answered.append(tool_use_id)  # the finish settles the effect by the stored answer
+        if answer == "yes":
+            self._pending[tool_use_id]["status"] = "proposed"
+            self.results.append(ToolResult(tool_use_id, name, "approved", "approved: it runs now", False))
+            return
+        del self._pending[tool_use_id]
+        status, why = ("refused", "refused by a human") if answer == "no" else ("expired", "not approved in time")
+        self.results.append(ToolResult(tool_use_id, name, status, f"the tool call was {why}; nothing ran", True))
+
+    def text(self, event: Event) -> str:
+        """An event as a model should read it: an untrusted source's text delimited and
+        labelled as data (wakeful/agent/policy.py)."""
+        text, taint = policy.event_text(self.config, event, max(1000, self.config.conversation_budget // 4))
+        if taint:
+            self._taint.taint(taint)
+        return text
+
+    def taint(self, what: str) -> None:
+        """Untrusted text entered the model's view some other way (a web page your loop
+        fetched): every later write waits for a yes, the human told ``what``."""
+        self._taint.taint(what)
+
+    @property
+    def tainted(self) -> tuple[str, ...]:
+        return tuple(self._taint.tainted)
+
+    @property
+    def waiting(self) -> bool:
+        """Earlier tool uses whose result has not come yet."""
+        return bool(self._pending)
+
+    # -- tool calls -----------------------------------------------------------------------
+
+    def offered(self) -> list[dict[str, Any]]:
+        """The tools to tell the model about (``name``, ``description``, ``input_schema``):
+        every configured one but the denied. A source that lists through the egress proxy (an
+        MCP server over HTTP) lists under a grant bound to this run's lease."""
+        with self._egress(self.config.listing_routes()):
+            return policy.offered(self.config, runtime=False)
+
+    def use(self, name: str, input: Any, tool_use_id: str | None = None, words: str = "") -> ToolUse:
+        """Decide one tool call and do what the decision says. ``tool_use_id`` is the model's
+        id for the call (one is made when left out; unique per inbox); ``words`` is what the
+        model said with it, shown to the human who approves."""
+        use_id = tool_use_id or f"toolu_kit_{uuid.uuid4().hex[:24]}"
+        if use_id in self._used or use_id in self._pending:
+            raise ValueError(f"tool use id {use_id!r} is used already")
+        self._used.add(use_id)
+        d = policy.decide(self.config, name, input, self.tainted)
+        if d.kind == "runtime":  # the claude loop's own (stay_silent, mark_urgent): not a tool here
+            return ToolUse(use_id, name, "refused", f"the tool {name!r} is not available; nothing ran", True)
+        if d.kind == "refuse":
+            return ToolUse(use_id, name, "refused", d.reason, True)
+        assert d.tool is not None
+        if d.tool.source == wakes.SOURCE:  # an Outcome change, or checked now and asked
+            answer = self._wakes.answer(d.kind, d.tool, input, use_id)
+            if answer is not None:
+                return ToolUse(use_id, name, "error" if answer[1] else "done", *answer)
+        if d.kind == "inline":
+            return self._inline(d.tool, input, use_id)
+        ask = d.kind == "ask"
+        self._effects.append(Effect(use_id, name, input, delivery=d.tool.delivery,  # type: ignore[arg-type]
+                                    approval_ttl=d.tool.approval_ttl if ask else None,
+                                    words=words.strip(), why=d.reason))
+        self._pending[use_id] = {"tool": name, "status": "asked" if ask else "proposed"}
+        return ToolUse(use_id, name, "asked" if ask else "proposed", why=d.reason)
+
+    def _inline(self, tool: Tool, input: dict[str, Any], use_id: str) -> ToolUse:
+        call = ToolCall(use_id, tool.name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
+        with self._egress(tool.grant_routes):
+            result = tools.run(tool, input, call, self.config)
+        text = self._output(use_id, tool.name, result["content"])
+        return ToolUse(use_id, tool.name, "error" if result["is_error"] else "done", text, result["is_error"])
+
+    def _output(self, use_id: str, name: str, content: str) -> str:
+        text, taint = policy.tool_output(self.config, name, use_id, content)
+        if taint:
+            self._taint.taint(taint)
+        return text
+
+    def _egress(self, routes: Sequence[str]) -> AbstractContextManager[Any]:
+        """``routes`` under a grant bound to this run's lease (wakeful/agent/egress.py)."""
+        if not routes:
+            return nullcontext()
+        from wakeful.agent import egress
+
+        token = self.run.grant(list(routes), RUN_GRANT_TTL)
+        return egress.using(egress.Egress(egress.proxy_url(), token))
+
+    # -- the finish -----------------------------------------------------------------------
+
+    def outcome(self, messages: list[str | Message] | None = None, **fields: Any) -> Outcome:
+        """The run's Outcome: ``messages`` (defanged: a model's text carries no approval link
+        of its own) and any other Outcome field, with the kit's effects, answers and state
+        added. Raises ``InvalidOutcome`` for an effect no configured tool can run."""
+        effects = list(fields.pop("effects", [])) + self._effects
+        answered = list(fields.pop("answered", [])) + self._answered
+        memory = {**fields.pop("memory", {}), self.memory_key: self.state()}
+        fields["timers"] = list(fields.get("timers", [])) + self._wakes.timers
+        fields["cancel_timers"] = list(fields.get("cancel_timers", [])) + self._wakes.cancelled
+        refuse_unrunnable(effects, self.config)
+        said = [defang(m) if isinstance(m, str) else replace(m, body=defang(m.body)) for m in messages or []]
+        return Outcome(messages=said, effects=effects, answered=answered, memory=memory, **fields)
+
+    def state(self) -> dict[str, Any]:
+        """What the kit keeps in the inbox's memory (under ``memory_key``), written only by
+        the fenced finish."""
+        return {"pending": self._pending, "tainted": list(self._taint.tainted)}

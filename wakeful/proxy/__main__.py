@@ -1,0 +1,56 @@
+"""``python -m proxy`` (or ``wakeful proxy``): check the routes, then serve with uvicorn.
+
+A bad setting or routes table stops it before it listens, with an error that names the
+route and the variable (never a secret's value) and exit status 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from wakeful import serving
+
+from wakeful.settings import ProxySettings, RuntimeSettings, SettingsError, refuse
+
+from .routes import Route, RoutesError, load
+
+
+def _started() -> tuple[ProxySettings, RuntimeSettings, dict[str, Route]]:
+    """The proxy's settings, the runtime's (the same database as every other process: grants
+    and audit; its store rules unused) and the routes, or one line and exit 2."""
+    try:
+        return ProxySettings.from_env(), RuntimeSettings.from_env(), load()
+    except (SettingsError, RoutesError) as exc:
+        refuse("wakeful proxy", exc)
+
+
+def check_config() -> int:
+    """``wakeful proxy --check``: what ``main`` would serve, without serving it."""
+    settings, _, routes = _started()
+    print(f"wakeful proxy: would listen on {settings.url}")
+    for route in routes.values():
+        allow = ", ".join(f"{rule.method} {rule.prefix}" for rule in route.allow)
+        print(f"  {route.name}: {route.upstream} ({route.header}; allow {allow})")
+    return 0
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings, runtime, routes = _started()
+    from store import Store
+
+    from .app import create_app
+
+    store = Store.connect(runtime.store_url, pool_size=4, pooler=runtime.database_pooler)
+    app = create_app(routes, store, settings)
+    host, port = settings.listen
+    logging.getLogger("wakeful.proxy").info("proxy: routes %s, listening on %s", ", ".join(sorted(routes)),
+                                            settings.url)
+    # The proxy logs method, path and outcome itself (serving.run turns uvicorn's access log off).
+    serving.run(app, host=host, port=port, header_timeout=settings.header_timeout, log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
