@@ -35,12 +35,12 @@ def _install() -> None:
 
 
 def today(store, inbox: str, agent) -> float:
-    """tasks.runs.run_inbox as checked out, with this process's store and agent."""
-    from tasks import runs
+    """tasks.run_inbox.run_inbox as checked out, with this process's store and agent."""
+    from tasks import run_inbox
 
-    runs.get_store = lambda: store  # this process's store, not the environment's
-    runs._agent = agent
-    runs.run_inbox(inbox)
+    run_inbox.get_store = lambda: store  # this process's store, not the environment's
+    run_inbox._agent = agent
+    run_inbox.run_inbox(inbox)
     return agent.called_at
 
 
@@ -61,7 +61,7 @@ def combined(store, inbox: str, agent) -> float:
 
 
 def pinned(store, inbox: str, agent) -> float:
-    """``combined`` on one pinned connection, as tasks.runs does it."""
+    """``combined`` on one pinned connection, as tasks.run_inbox does it."""
     with store.transactions.pinned():
         return combined(store, inbox, agent)
 
@@ -159,7 +159,7 @@ def main() -> int:
         pinged = Store.connect(url, pool_size=1)
         unpinged = Store(create_engine(url, pool_size=1, pool_pre_ping=False), pinged.settings)
         rows = [
-            ("tasks.runs.run_inbox as checked out (pool_pre_ping)", measure(pinged, today, n, "a")),
+            ("tasks.run_inbox.run_inbox as checked out (pool_pre_ping)", measure(pinged, today, n, "a")),
             ("store.runs.start + finish_and_claim (pool_pre_ping)", measure(pinged, combined, n, "b")),
             ("store.runs.start + finish_and_claim, one pinned connection", measure(pinged, pinned, n, "d")),
             ("store.runs.start + finish_and_claim (no pre-ping)", measure(unpinged, combined, n, "c")),

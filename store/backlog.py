@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Integer, Select, bindparam, exists, literal_column, select, true
 
-from . import leases, plans, rules, runlog, runs
+from . import leases, plans, rules, runlog, steps
 from .db import NOW
 from .records import RunStart
 from wakeful.settings import StoreSettings
@@ -117,7 +117,7 @@ def take_next(conn: Connection, s: StoreSettings, holder: str, skip: Iterable[st
             if row is None:
                 passed_over += candidates
                 continue
-        start = runs.start_decided(conn, s, row.inbox, holder, leases.judge(row, holder))
+        start = steps.start_decided(conn, s, row.inbox, holder, leases.judge(row, holder))
         if start.events:
             return row.inbox, start
         passed_over.append(row.inbox)  # its event was done meanwhile

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.dialects import postgresql, sqlite
 
-from . import backlog, claims, inbox, leases, memory, plans, runlog, runs
+from . import backlog, claims, inbox, leases, memory, plans, runlog, steps
 from .dialects import POSTGRESQL, SQLITE
 
 SQL_DIR = Path(__file__).resolve().parent / "sql"
@@ -36,8 +36,8 @@ HOT: dict[str, tuple[Any, tuple[str, ...]]] = {
     "take_and_claim": (claims.TAKE_AND_CLAIM, PG),
     "held": (claims._HELD, BOTH),
     "read_memory": (memory._MEMORY, BOTH),
-    "done": (runs._DONE, BOTH),
-    "hold_and_done": (runs._HOLD_AND_DONE, PG),
+    "done": (steps._DONE, BOTH),
+    "hold_and_done": (steps._HOLD_AND_DONE, PG),
     "log_run": (runlog.LOG_RUN, BOTH),
     "resign_or_extend": (leases.RESIGN_OR_EXTEND, BOTH),
     "log_and_resign_or_extend": (runlog.LOG_AND_RESIGN_OR_EXTEND, PG),

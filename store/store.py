@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from . import approvals, inbox as inbox_rules, leases, operator, outbox, runs, timers, validate
+from . import approvals, inbox as inbox_rules, leases, operator, outbox, steps, timers, validate
 from .db import clock, create
 from .dialects import Dialect
 from .approvals import Approvals
@@ -29,7 +29,7 @@ from .records import Event, Fired, InboxStatus, Outcome, OutboxRow, OutgoingMess
 from .spend import Spend
 from .timers import Wakes
 from .transactions import Transactions
-from .worker import Runs
+from .runs import Runs
 from wakeful.settings import StoreSettings
 
 
@@ -95,7 +95,7 @@ class Store:
         validate.inbox(inbox)
         validate.name("holder", holder, 255)
         return self.transactions.deciding(
-            lambda conn: runs.acquire(conn, self.settings, inbox, holder, now).generation, held=None)
+            lambda conn: steps.acquire(conn, self.settings, inbox, holder, now).generation, held=None)
 
     def renew(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> bool:
         with self.transactions.transaction() as conn:
@@ -110,19 +110,13 @@ class Store:
 
     def claim(self, inbox: str, holder: str, gen: int, *, now: int | None = None) -> list[Event]:
         with self.transactions.transaction() as conn:
-            return runs.claim(conn, self.settings, inbox, holder, gen, now)
+            return steps.claim(conn, self.settings, inbox, holder, gen, now)
 
     def finish(self, inbox: str, holder: str, gen: int, event_ids: Iterable[int],
                outcome: Outcome | None = None, error: str | None = None, *,
                retry_after: int | None = None, now: int | None = None) -> bool:
-        """The run's events done with its Outcome, or failed with ``error``. With
-        ``retry_after`` (seconds, 0 for "the backoff decides") the failure is an outage's, the
-        agent's "try later": the attempt is given back and the events wait it out, up to the
-        outage horizon (store/retries.py)."""
-        error = runs.failure(error, retry_after)
-        with self.transactions.transaction() as conn:
-            return runs.finish(conn, self.settings, inbox, holder, gen, event_ids, outcome, error, now,
-                               retry_after)
+        """The contract's name for ``store.runs.finish``: one door for a run's finish."""
+        return self.runs.finish(inbox, holder, gen, event_ids, outcome, error, retry_after=retry_after, now=now)
 
     # -- timers --------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ def __getattr__(name: str) -> Any:
         from tasks.application import app
 
         # One module per task family; importing them registers the tasks on the app.
-        from tasks import approvals, effects, ingest, outbox, retention, runs, summary, sweep, timers  # noqa: F401
+        from tasks import approvals, effects, ingest, outbox, retention, run_inbox, summary, sweep, timers  # noqa: F401
 
         return app
     raise AttributeError(f"module 'tasks' has no attribute {name!r}")

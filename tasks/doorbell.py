@@ -9,7 +9,7 @@ On Redis, rings are coalesced: a message is sent only when no run task is queued
 started yet. The marker is a counter: a ring increments it and sends a message only if it was
 the first; the task reads and deletes it as it starts. A task whose marker counted rings
 besides its own drains: once its own inbox is idle it takes the inbox with the oldest ready
-event straight from the database (``tasks/runs.py``, ``store/backlog.py``) until none is left,
+event straight from the database (``tasks/run_inbox.py``, ``store/backlog.py``) until none is left,
 and each inbox it takes rings again (coalesced, draining), so idle workers join in while a
 backlog lasts. A skipped ring is safe: its event was committed before the counter moved, so
 the queued task, which starts after that, finds it. A task that stands for its own ring alone

@@ -1,6 +1,6 @@
 """``wakeful.execute_effects``: run the tool calls with effects that a finish committed.
 
-Rung right after a run whose finish committed or released an effect (tasks/runs.py), and
+Rung right after a run whose finish committed or released an effect (tasks/run_inbox.py), and
 ticked by beat so an effect whose ring was lost, or whose executor died, is still taken
 (wakeful/agent/effects.py: at-least-once retakes a stale one, at-most-once reports it interrupted).
 Each result is ingested as an event, and the inbox is rung so the agent hears it now.

@@ -118,7 +118,7 @@ def write_summary(store: Store, operator_inbox: str | None, holder: str = HOLDER
         since = store.runs.memory(operator_inbox).get(WATERMARK, until - DAY)
         text = render(incidents(store, since), since, until)
         outcome = Outcome(messages=[Message(text)] if text else [], memory={WATERMARK: until})
-        written = store.finish(operator_inbox, holder, generation, [], outcome, now=now)
+        written = store.runs.finish(operator_inbox, holder, generation, [], outcome, now=now)
     finally:
         if not store.release(operator_inbox, holder, generation, now=now):
             # Events are waiting for the operator inbox's agent: hand the lease over.

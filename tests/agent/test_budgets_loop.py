@@ -145,9 +145,9 @@ def test_without_a_runtime_nothing_is_checked_or_counted(model: ScriptedModel, w
 def test_a_count_that_cannot_be_written_does_not_fail_the_run_and_is_said_once(
         model: ScriptedModel, write_config: Any, tool_log: Path, store: Store,
         caplog: pytest.LogCaptureFixture) -> None:
-    """The runtime's count (tasks/runs.py HeldLease.count_spend) on a database that refuses
+    """The runtime's count (tasks/run_inbox.py HeldLease.count_spend) on a database that refuses
     every connection: tried again, then given up; the run's reply still goes out."""
-    from tasks.runs import COUNT_TRIES, HeldLease
+    from tasks.run_inbox import COUNT_TRIES, HeldLease
 
     cfg = load(write_config())
     away = Store.connect("postgresql+psycopg://wakeful@127.0.0.1:1/nowhere")  # nothing listens

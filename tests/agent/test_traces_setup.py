@@ -40,7 +40,7 @@ def test_off_by_default_no_sdk_is_loaded(tmp_path: Path) -> None:
     """Every layer imported and a span of each kind made: without an exporter nothing of the
     SDK or the Celery instrumentation is loaded and no span records."""
     done = _python(
-        "import sys, telemetry, tasks.application, tasks.ingest, tasks.runs, tasks.outbox, web.app, "
+        "import sys, telemetry, tasks.application, tasks.ingest, tasks.run_inbox, tasks.outbox, web.app, "
         "proxy.app, agent.claude, agent.effects\n"
         "with telemetry.span('x') as s:\n"
         "    assert not s.is_recording() and telemetry.headers() == {}\n"

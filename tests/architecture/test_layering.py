@@ -139,3 +139,27 @@ def test_the_public_face_loads_nothing_until_a_name_is_used() -> None:
     assert done.stdout.splitlines() == [
         "[] wakeful.agent.run store.records wakeful.agent.outage wakeful.agent.kit",
         "module 'wakeful' has no attribute 'Nothing'"]
+
+
+def finishes_outside_runs(root: Path = ROOT) -> list[str]:
+    """Calls of ``<something>.finish(...)`` / ``.finish_and_claim(...)`` in tasks/ and wakeful/
+    whose receiver is not ``<store>.runs``: the runtime's one door to a run's finish."""
+    out = []
+    for place in ("tasks", "wakeful"):
+        for path in sources(place, root):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("finish", "finish_and_claim")):
+                    receiver = node.func.value
+                    if isinstance(receiver, ast.Name) and receiver.id in ("store", "s"):
+                        out.append(f"{path.relative_to(root)}:{node.lineno}")
+                    elif isinstance(receiver, ast.Attribute) and receiver.attr == "store":
+                        out.append(f"{path.relative_to(root)}:{node.lineno}")
+    return out
+
+
+def test_the_runtime_finishes_a_run_through_store_runs_only(tmp_path: Path) -> None:
+    assert finishes_outside_runs() == []
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "probe.py").write_text("def f(store):\n    store.runs.finish(1)\n    store.finish(1)\n")
+    assert finishes_outside_runs(tmp_path) == ["tasks/probe.py:3"]

@@ -15,7 +15,7 @@ import pytest
 from databases import REDIS_HOST, REDIS_PORT
 from runtime_support import base_env
 from store import OutboxItem, OutgoingMessage, Store
-from store.worker import Runs
+from store.runs import Runs
 from tasks.celeryconfig import celery_config
 from tasks.channels import load_channel
 from tasks.channels.log import JsonlChannel
@@ -282,7 +282,7 @@ class _CountingRuns(Runs):
 
 
 def _leases(db_url: str, *names: str):  # type: ignore[no-untyped-def]
-    from tasks.runs import HeldLease
+    from tasks.run_inbox import HeldLease
 
     store = Store.connect(db_url, lease_ttl=60)
     store.runs = _CountingRuns(store.transactions)
@@ -368,16 +368,16 @@ def test_a_drainer_rings_for_help_only_once_it_has_drained_for_a_while(
     process from ingest); a drain that lasts past RECRUIT_AFTER rings for each inbox taken."""
     import time
 
-    from tasks import doorbell, runs
+    from tasks import doorbell, run_inbox
 
     for n in range(6):
         store.ingest(f"d{n}", "chat", f"m-{n}", {"text": "hi"})
     rung: list[str] = []
     monkeypatch.setattr(doorbell, "ring_backlog", rung.append)
-    monkeypatch.setattr(runs, "RECRUIT_AFTER", recruit_after)
+    monkeypatch.setattr(run_inbox, "RECRUIT_AFTER", recruit_after)
     deadline = time.monotonic() + 600
     with store.transactions.pinned():
-        summary = runs._drain_backlog(store, lambda run: None, "W", deadline, runs.Drain(deadline, skip=[]))
+        summary = run_inbox._drain_backlog(store, lambda run: None, "W", deadline, run_inbox.Drain(deadline, skip=[]))
     assert summary["inboxes"] == 6 and all(store.status(f"d{n}").holder is None for n in range(6))
     assert len(rung) == rings
 

@@ -278,13 +278,13 @@ def test_takeovers_of_different_inboxes_never_wait_for_each_other(pg_store) -> N
     """A takeover counts itself on its own inbox's row: while one takeover's transaction is
     still open, a takeover of another inbox goes through (a shared counters row would make it
     wait for that lock, and give up after lock_timeout with None)."""
-    from store import runs
+    from store import steps
 
     store = pg_store(lock_timeout=1)
     for inbox in ("a", "b"):
         assert store.acquire(inbox, "W0", now=T) == 1
     with store.transactions.transaction() as conn:
-        got = runs.acquire(conn, store.settings, "a", "W1", T + 1000)  # open, uncommitted
+        got = steps.acquire(conn, store.settings, "a", "W1", T + 1000)  # open, uncommitted
         assert got.took_over and got.generation == 2
         assert store.acquire("b", "W2", now=T + 1000) == 2
     assert store.operator.counters()["lease_takeovers"] == 2

@@ -13,7 +13,7 @@ import pytest
 from databases import create_pg_database, drop_pg_database
 from sqlalchemy import event, text
 
-from store import Outcome, Store, backlog, migrate, plans, runs
+from store import Outcome, Store, backlog, migrate, plans, steps
 
 pytestmark = pytest.mark.postgres
 T = 1_000_000
@@ -62,7 +62,7 @@ def test_behind_a_pooler_the_hot_statements_run_as_functions_and_answer_alike(pg
         first = _a_day_of_wakes(pooled)
         calls = [s for s in seen if "wakeful_plan_" in s]
         assert len(calls) >= 8  # take, claim, finish, lock, resign-or-extend, lock_or_create ...
-        for statement in (backlog.LOG_RESIGN_AND_TAKE, runs._HOLD_AND_DONE):
+        for statement in (backlog.LOG_RESIGN_AND_TAKE, steps._HOLD_AND_DONE):
             assert any(statement.plan.name in s for s in calls)
         assert not any(s.lstrip().startswith("WITH picked") for s in seen)  # the claim ran inside
         # The same calls through the plain statements, on the same data from the start:

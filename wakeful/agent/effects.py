@@ -111,7 +111,7 @@ def _call(effect: EffectRow) -> ToolCall:
 def refuse_unrunnable(effects: list[Any], cfg: AgentConfig | None) -> None:
     """Raise ``InvalidOutcome`` when an Outcome carries an effect no configured tool can run
     (no ``WAKEFUL_AGENT_CONFIG``, a tool it does not name, or one it denies): stored, it would
-    wait ``ready`` for ever. The runtime calls this before the finish (tasks/runs.py), so
+    wait ``ready`` for ever. The runtime calls this before the finish (tasks/run_inbox.py), so
     nothing of the Outcome is stored and the run fails with this message, like an agent's
     error; store/ stays free of the tool config."""
     names = {getattr(e, "tool", None) for e in effects}

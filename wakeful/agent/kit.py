@@ -24,7 +24,7 @@ code (wakeful/agent/policy.py, wakeful/agent/tools.py, wakeful/agent/effects.py)
   the store, so nothing it proposed ever runs.
 
 An effect whose tool no configured tool can run is refused as ``InvalidOutcome``: here, by
-``outcome()``, and by the runtime before the finish for any agent (tasks/runs.py calls
+``outcome()``, and by the runtime before the finish for any agent (tasks/run_inbox.py calls
 :func:`agent.effects.refuse_unrunnable`), so nothing of that run is stored and the run
 fails with the reason in its run log. See docs/agent.md for a complete loop and one on
 Pydantic AI (wakeful/examples/).

@@ -360,7 +360,7 @@ def _end_past_deadline(lease: HeldLease, ids: list[int], thread_id: int) -> None
     call blocked in C (a socket read) ends when that call returns or times out."""
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     error = f"the run passed WAKEFUL_RUN_TIME_LIMIT ({runtime_settings().run_time_limit}s)"
-    if store.finish(inbox, holder, gen, ids, error=error):
+    if store.runs.finish(inbox, holder, gen, ids, error=error):
         log.warning("inbox %r run on events %s: %s; ended", inbox, ids, error)
     if store.release(inbox, holder, gen, force=True):
         doorbell.ring(inbox)
@@ -382,7 +382,7 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
                 inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after,
                 take_next=take_next))
         else:
-            step = RunStep(_once_more_on_disconnect(lambda: store.finish(
+            step = RunStep(_once_more_on_disconnect(lambda: store.runs.finish(
                 inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after)),
                 events=[], released=False)
     # Committed: logged before anything may stop this process.
