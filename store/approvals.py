@@ -53,11 +53,6 @@ def approver(value: object) -> str:
     raise InvalidCall(f"an approver is self, inbox:NAME or channel:NAME, got {value!r}")
 
 
-def channel_variable(name: str) -> str:
-    """The environment variable that holds channel NAME's spec."""
-    return f"WAKEFUL_CHANNEL_{name.upper()}"
-
-
 def timer_id(request_id: str) -> str:
     return f"approval:{request_id}"
 

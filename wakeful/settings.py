@@ -155,6 +155,36 @@ def _field(cls: type[_Settings], key: str) -> tuple[str, FieldInfo | None]:
     return key, None
 
 
+class AgentFileSettings(_Settings):
+    """Where the agent's TOML config is: read by the workers (the claude agent, the tool kit,
+    the effect executor), the proxy (its ``[routes.*]``) and the CLI."""
+
+    # WAKEFUL_AGENT_CONFIG. Empty: no config; the claude agent needs one, any other agent
+    # then runs with no tools.
+    agent_config: str = ""
+
+
+def agent_config_path(env: Mapping[str, str] | None = None) -> str:
+    """``WAKEFUL_AGENT_CONFIG`` from ``env`` (default: this process's environment), "" if unset."""
+    return AgentFileSettings.from_env(env).agent_config
+
+
+# Named outbox channels (an approver ``channel:NAME`` sends there): one variable per name, so
+# open-ended and read by name rather than as fields. The value is a channel spec as
+# WAKEFUL_OUTBOX_CHANNEL takes it.
+CHANNEL_PREFIX = PREFIX + "CHANNEL_"
+
+
+def channel_variable(name: str) -> str:
+    """The environment variable that holds channel NAME's spec."""
+    return f"{CHANNEL_PREFIX}{name.upper()}"
+
+
+def channel_spec(name: str, env: Mapping[str, str] | None = None) -> str:
+    """Channel NAME's spec from ``env`` (default: this process's environment), "" if unset."""
+    return (os.environ if env is None else env).get(channel_variable(name), "").strip()
+
+
 def read_toml(path: str | os.PathLike[str], error: type[ValueError] = SettingsError) -> dict[str, Any]:
     """The TOML file at ``path``. ``error`` (one line naming the file, and the line for bad
     TOML) when it cannot be read or parsed: the agent's config and the proxy's routes."""
@@ -249,7 +279,7 @@ class _Shared(_Settings):
     rejections_per_second: PerSecond = 20.0
 
 
-class RuntimeSettings(StoreSettings, _Shared):
+class RuntimeSettings(StoreSettings, _Shared, AgentFileSettings):
     """The Celery shell's settings (workers, beat, flower, the CLI). With nothing set,
     everything is embedded under ``./var/``: a SQLite file for the store and kombu's SQLAlchemy
     transport on a second SQLite file as the broker, so ``wakeful demo`` runs with only Python."""

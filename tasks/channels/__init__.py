@@ -32,11 +32,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from store import AT_LEAST_ONCE, OutgoingMessage
-from store.approvals import channel_variable
 
 from wakeful.agent.loading import import_callable
 
-from wakeful.settings import RuntimeSettings
+from wakeful.settings import RuntimeSettings, channel_spec
 from tasks.channels.fields import as_fields  # noqa: F401 - a channel's JSON form, as before
 
 Send = Callable[[OutgoingMessage], None]
@@ -89,7 +88,7 @@ class Router:
         if name is None:
             return self.default
         if name not in self.named:
-            spec = self.env.get(channel_variable(name), "").strip()
+            spec = channel_spec(name, self.env)
             if not spec:
                 raise ValueError(f"outbox channel {name!r}: {channel_variable(name)} is not set "
                                  "(an approver channel:NAME needs it)")

@@ -40,8 +40,9 @@ def test_off_by_default_no_sdk_is_loaded(tmp_path: Path) -> None:
     """Every layer imported and a span of each kind made: without an exporter nothing of the
     SDK or the Celery instrumentation is loaded and no span records."""
     done = _python(
-        "import sys, telemetry, tasks.application, tasks.ingest, tasks.run_inbox, tasks.outbox, web.app, "
-        "proxy.app, agent.claude, agent.effects\n"
+        "import sys, tasks.application, tasks.ingest, tasks.run_inbox, tasks.outbox, wakeful.web.app, "
+        "wakeful.proxy.app, wakeful.agent.claude, wakeful.agent.effects\n"
+        "from wakeful import telemetry\n"
         "with telemetry.span('x') as s:\n"
         "    assert not s.is_recording() and telemetry.headers() == {}\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', "
@@ -94,7 +95,7 @@ def test_spans_go_out_as_otlp_to_the_configured_endpoint(tmp_path: Path) -> None
 
     with otlp_receiver() as (url, bodies):
         done = _python(
-            "import telemetry\n"
+            "from wakeful import telemetry\n"
             "from opentelemetry import trace\n"
             "assert telemetry.setup('check')\n"
             "with telemetry.span('wakeful.run', attributes={'wakeful.inbox': 'ada'}):\n"

@@ -100,3 +100,67 @@ def test_the_agents_short_names_are_the_agent_packages() -> None:
     from wakeful.settings import BUILTIN_AGENTS
 
     assert set(BUILTIN) == set(BUILTIN_AGENTS)
+
+
+def environment_reads(root: Path) -> list[str]:
+    """Where product code reads a ``WAKEFUL_*`` variable from an environment mapping (a
+    literal, or a module constant holding one, given to ``.get``/``getenv`` or a subscript),
+    outside wakeful/settings.py: every setting is read in the one module."""
+    import ast
+
+    found = []
+    for place in ("store", "tasks", "wakeful"):
+        for path in sorted((root / place).rglob("*.py")):
+            if path == root / "wakeful" / "settings.py" or "migrations" in path.parts:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            constants = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                         and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                         and node.value.value.startswith("WAKEFUL_") for t in node.targets if isinstance(t, ast.Name)}
+
+            def wakeful_name(node: ast.AST) -> bool:
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    return node.value.startswith("WAKEFUL_")
+                if isinstance(node, ast.JoinedStr) and node.values:
+                    return wakeful_name(node.values[0])
+                return isinstance(node, ast.Name) and node.id in constants
+
+            for node in ast.walk(tree):
+                read = ((isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))
+                         and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("get", "getenv")
+                         and node.args and wakeful_name(node.args[0]))
+                        or (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                            and wakeful_name(node.slice)))
+                if read:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+# tasks/faults.py: the fault points' own variables (WAKEFUL_FAULTS, _LOG, _RELEASE), read by
+# the fault tests' processes only; wakeful/telemetry.py: WAKEFUL_TRACES_TEST_DIR, the trace
+# tests' exporter. Neither is a setting a deployment sets.
+TEST_ONLY = ("tasks/faults.py", "wakeful/telemetry.py")
+
+
+def test_every_wakeful_setting_is_read_in_the_settings_module() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert [r for r in environment_reads(root) if not r.startswith(TEST_ONLY)] == []
+
+
+def test_the_check_sees_a_setting_read_elsewhere(tmp_path: Path) -> None:
+    (tmp_path / "tasks" / "channels").mkdir(parents=True)
+    (tmp_path / "tasks" / "channels" / "x.py").write_text(
+        "import os\nENV = 'WAKEFUL_AGENT_CONFIG'\na = os.environ.get(ENV)\nb = os.environ['WAKEFUL_X']\n"
+        "c = env.get(f'WAKEFUL_CHANNEL_{name}', '')\nd = os.environ.get('HOME')\n")
+    assert environment_reads(tmp_path) == ["tasks/channels/x.py:3", "tasks/channels/x.py:4", "tasks/channels/x.py:5"]
+
+
+def test_the_agent_config_and_named_channels_are_read_here() -> None:
+    from wakeful.settings import agent_config_path, channel_spec, channel_variable
+
+    assert agent_config_path({"WAKEFUL_AGENT_CONFIG": " /srv/agent.toml "}) == "/srv/agent.toml"
+    assert agent_config_path({}) == "" and RuntimeSettings.from_env(
+        {"WAKEFUL_AGENT_CONFIG": "a.toml"}).agent_config == "a.toml"
+    assert channel_variable("ops") == "WAKEFUL_CHANNEL_OPS"
+    assert channel_spec("ops", {"WAKEFUL_CHANNEL_OPS": " jsonl:/tmp/ops.jsonl "}) == "jsonl:/tmp/ops.jsonl"
+    assert channel_spec("ops", {}) == ""

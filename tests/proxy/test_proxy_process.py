@@ -176,8 +176,10 @@ def test_the_proxy_process_never_loads_celery_or_the_agent_kit(stack: Stack) -> 
     import subprocess
     import sys
 
-    code = ("import sys, cli.main, proxy.__main__, proxy.app; from proxy.app import create_app; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('celery', 'kombu', 'redis', 'agent', 'anthropic')); "
+    code = ("import sys, wakeful.cli.main, wakeful.proxy.__main__, wakeful.proxy.app; "
+            "from wakeful.proxy.app import create_app; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('celery', 'kombu', 'redis', 'anthropic') "
+            "or m.startswith('wakeful.agent')); "
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -170,7 +170,7 @@ def test_ring_never_raises_when_the_broker_is_down(tmp_path: Path) -> None:
 def test_importing_settings_and_doorbell_connects_to_nothing(tmp_path: Path) -> None:
     env = {**base_env(tmp_path), "WAKEFUL_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/x",
            "WAKEFUL_BROKER_URL": "redis://127.0.0.1:1/0"}
-    code = "import settings, tasks.doorbell, tasks; tasks.app; print('ok')"
+    code = "import wakeful.settings, tasks.doorbell, tasks; tasks.app; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

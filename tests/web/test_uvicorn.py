@@ -56,7 +56,7 @@ def start(db_url: str, home: Path, init: bool = True, **extra: str) -> Server:
     })
     if init:
         # What `wakeful up` does before starting the Procfile: migrate, create the embedded broker.
-        done = subprocess.run([sys.executable, "-c", "from cli.main import main; main()", "init"],
+        done = subprocess.run([sys.executable, "-c", "from wakeful.cli.main import main; main()", "init"],
                               cwd=home, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
     log = home / "web.log"

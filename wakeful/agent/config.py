@@ -28,7 +28,7 @@ from typing import Any
 
 import jsonschema
 
-from wakeful.settings import read_toml
+from wakeful.settings import agent_config_path, read_toml
 from store.tables import HOOK_KINDS
 from store.validate import RUNTIME_SOURCES
 
@@ -125,7 +125,7 @@ class AgentConfig:
 
 def load(path: str | os.PathLike[str] | None = None) -> AgentConfig:
     """Read and check the file (``WAKEFUL_AGENT_CONFIG`` by default)."""
-    path = str(path or os.environ.get(ENV) or "")
+    path = str(path or agent_config_path())
     if not path:
         raise ConfigError(f"{ENV} is not set: the claude agent and the tool kit read a TOML config (see docs/agent.md)")
     raw = read_toml(path, ConfigError)
@@ -144,7 +144,7 @@ def current(required: bool = True) -> AgentConfig | None:
     global _current
     with _lock:
         if _current is None:
-            if not required and not os.environ.get(ENV):
+            if not required and not agent_config_path():
                 return None
             _current = load()
         return _current

@@ -5,11 +5,11 @@ first) and an account deletion (denied). The refund appends each execution to
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from wakeful.agent.tool import ToolCall
+from wakeful.settings import RuntimeSettings
 
 
 def lookup_order(tool_input: dict[str, Any], call: ToolCall) -> dict[str, Any]:
@@ -17,7 +17,7 @@ def lookup_order(tool_input: dict[str, Any], call: ToolCall) -> dict[str, Any]:
 
 
 def refund(tool_input: dict[str, Any], call: ToolCall) -> str:
-    path = Path(os.environ.get("WAKEFUL_HOME", ".")) / "refunds.jsonl"
+    path = RuntimeSettings.from_env().home / "refunds.jsonl"
     with path.open("a", encoding="utf-8") as f:
         f.write(json.dumps({"order": tool_input["order"], "key": call.idempotency_key,
                             "tool_use_id": call.id}) + "\n")

@@ -109,7 +109,7 @@ def up(
             typer.echo("wakeful up: skipping flower (set WAKEFUL_FLOWER_BASIC_AUTH to run it)",
                        err=True)
             names.remove("flower")
-        if "proxy" in names and not os.environ.get("WAKEFUL_AGENT_CONFIG"):
+        if "proxy" in names and not settings.agent_config:
             # The egress proxy serves the [routes.*] of the agent config; without one it has
             # nothing to do (and honcho would stop everything when it exits).
             typer.echo("wakeful up: skipping proxy (set WAKEFUL_AGENT_CONFIG to a config with [routes.*])",
@@ -133,7 +133,9 @@ def _route_secret_vars(proxy_starts: bool) -> list[str]:
     """The environment variables that hold the egress routes' secrets (``secret_env`` of the
     agent config's ``[routes.*]``): the proxy's alone. A config the proxy cannot serve stops
     ``up`` with the proxy's one-line reason when the proxy is to start."""
-    if not os.environ.get("WAKEFUL_AGENT_CONFIG"):
+    from wakeful.settings import agent_config_path
+
+    if not agent_config_path():
         return []
     from wakeful.proxy.routes import RoutesError, load
 

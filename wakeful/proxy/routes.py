@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from wakeful.settings import read_toml
+from wakeful.settings import agent_config_path, read_toml
 
 CONFIG_ENV = "WAKEFUL_AGENT_CONFIG"
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -89,7 +89,7 @@ class Route:
 def load(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> dict[str, Route]:
     """The routes of the config file (``WAKEFUL_AGENT_CONFIG`` by default), secrets read."""
     env = os.environ if env is None else env
-    path = str(path or env.get(CONFIG_ENV) or "")
+    path = str(path or agent_config_path(env))
     if not path:
         raise RoutesError(f"{CONFIG_ENV} is not set: the proxy reads its [routes.*] from the agent config")
     return parse(read_toml(path, RoutesError).get("routes"), path, env)
