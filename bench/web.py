@@ -1,5 +1,5 @@
 """``web_p50_ms``/``web_p99_ms``: from ``POST /hooks/github/{inbox}`` (a signed delivery to the
-real web edge, ``python -m web``) to the agent being called: the edge stores the event and
+real web edge, ``python -m wakeful.web``) to the agent being called: the edge stores the event and
 rings, one broker hop, against Celery's send -> start (``celery_p50/p99_ms``, same run)."""
 
 from __future__ import annotations

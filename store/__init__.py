@@ -3,7 +3,7 @@
 Every wake-up of an always-on agent is an event in a durable inbox keyed
 (inbox, source, source_id); a lease with a generation fences every write a worker makes;
 timers, approvals and the outbox are bookkeeping around that table, decided inside the
-database in short transactions. See DESIGN.md section 4 for the contract.
+database in short transactions. See docs/design.md section 4 for the contract.
 """
 
 from .records import (

@@ -1,6 +1,6 @@
 """Effects: a tool call that changes something, committed by a run's finish, executed after it.
 
-The rules (DESIGN.md section 9):
+The rules (docs/design.md section 9):
 
 - An effect exists only once a fenced finish committed it (``add``, from ``outcomes.apply``),
   keyed ``(inbox, tool_use_id)``. A worker fenced off mid-run commits nothing, so the tool
@@ -290,7 +290,8 @@ def _row(r: Any, **changed: Any) -> EffectRow:
 
 # The memory key under which an agent keeps its running totals (model calls, tokens, tool
 # decisions) for /metrics: named here, with the query that sums them, so the web edge reads
-# them without loading an agent.
+# them without loading an agent. The value is the key stores already hold (the built-in
+# agent's first name for it): renaming it would zero every inbox's totals.
 AGENT_TOTALS_KEY = "claude_totals"
 
 

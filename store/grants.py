@@ -1,4 +1,4 @@
-"""Grants and the audit trail of the egress proxy (wakeful/proxy/, DESIGN.md section 9).
+"""Grants and the audit trail of the egress proxy (wakeful/proxy/, docs/design.md section 9).
 
 A grant is a random token the runtime mints for a worker and sends with every request
 through the proxy; the proxy puts the route's secret on the request instead. The store keeps

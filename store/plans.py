@@ -14,7 +14,7 @@ one statement and is VOLATILE, so it sees a fresh snapshot exactly as the statem
 The functions are schema, so the migrations create and version them (0011 first): each
 function's text is generated here from its SQLAlchemy statement, and
 ``tests/store/test_plans.py`` fails when the text the code expects and the migrations' differ.
-``python -m store.plans`` prints the functions whose text changed, for the next migration.
+``python -m store.next_migration`` prints the functions whose text changed, for the next migration.
 This module only calls them. A statement whose function is not there (an old schema) runs
 plainly, logged once: slower, never wrong.
 """

@@ -1,4 +1,4 @@
-"""``Store``: the contract of DESIGN.md section 4, a small front over per-concern parts.
+"""``Store``: the contract of docs/design.md section 4, a small front over per-concern parts.
 
 The contract's calls are methods here; every other call is on a part, reached as an
 attribute (``store.runs``, ``store.effects``, ``store.operator``, ...; docs/store.md lists

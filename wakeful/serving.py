@@ -1,4 +1,4 @@
-"""How wakeful's HTTP processes (``python -m web``, ``python -m proxy``) are served by uvicorn,
+"""How wakeful's HTTP processes (``python -m wakeful.web``, ``python -m wakeful.proxy``) are served by uvicorn,
 and the one bound uvicorn lacks: a request's headers must arrive within ``header_timeout``.
 
 uvicorn times out only an idle keep-alive connection, and its timer stops at the first byte

@@ -473,7 +473,7 @@ class WebSettings(_Shared):
     rings_in_flight: Positive = 8
     # Seconds /healthz waits for each of the store and the broker before calling it down.
     health_timeout: Positive = read_from("WAKEFUL_WEB_HEALTH_TIMEOUT", 3)
-    # Where `python -m web` listens. Loopback unless told otherwise: put a TLS-terminating
+    # Where `python -m wakeful.web` listens. Loopback unless told otherwise: put a TLS-terminating
     # proxy in front; these receivers carry credentials (approval tokens) and must not be plain
     # HTTP on a public interface. PORT (a platform's convention) is honoured too.
     host: str = read_from("WAKEFUL_WEB_HOST", "127.0.0.1")

@@ -2,7 +2,7 @@
 
 The runtime tests' cluster (a dense run worker, the control worker, beat) with the claude
 agent, a real ``wakeful proxy`` holding the route secrets, the scripted Messages API and the
-shop as its upstreams, and a real web edge (``python -m web``). Every process exports its
+shop as its upstreams, and a real web edge (``python -m wakeful.web``). Every process exports its
 spans as JSON lines to a file of its own (``WAKEFUL_TRACES_TEST_DIR``, the test exporter of
 wakeful/telemetry.py). Then:
 

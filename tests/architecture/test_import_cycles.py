@@ -111,7 +111,10 @@ def test_modules_import_the_defining_module_not_the_package(package: str) -> Non
     # wakeful/__init__.py is the agent author's face (``from wakeful import Run``) and
     # wakeful/agent/__init__.py re-exports the plug-in interface; a module under either
     # importing it would sit both above and below it.
-    assert importers_of_own_package(graph(), package) == []
+    # wakeful/examples/ are the author's side of the face: samples a user copies, which
+    # import it as a user's module does (nothing imports them).
+    found = importers_of_own_package(graph(), package)
+    assert [m for m in found if not m.startswith("wakeful.examples.")] == []
 
 
 def test_the_check_sees_a_module_importing_its_package(tmp_path: Path) -> None:

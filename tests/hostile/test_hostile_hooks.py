@@ -1,4 +1,4 @@
-"""Per-inbox webhook secrets against a running ``python -m web``: set with the ``wakeful``
+"""Per-inbox webhook secrets against a running ``python -m wakeful.web``: set with the ``wakeful``
 command, in force without a restart, and a sender of one inbox cannot write into another."""
 
 from __future__ import annotations

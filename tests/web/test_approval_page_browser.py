@@ -1,5 +1,5 @@
 """What a human approves is what runs: the approval page of a tool call, served by
-``python -m web`` and looked at in headless Chromium at a phone's and a desktop's width, shows
+``python -m wakeful.web`` and looked at in headless Chromium at a phone's and a desktop's width, shows
 every input value whole and wrapped, makes look-alike, invisible and bidi characters visible
 and names them, and sets the model's own words apart. The approval message in the outbox
 follows the same rule. Screenshots are kept under the test's tmp_path."""

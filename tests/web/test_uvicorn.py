@@ -1,4 +1,4 @@
-"""The web edge as the Procfile runs it: ``python -m web`` (uvicorn) on a loopback port,
+"""The web edge as the Procfile runs it: ``python -m wakeful.web`` (uvicorn) on a loopback port,
 with the runtime's own settings, doorbell and broker check, against a real store."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def start(db_url: str, home: Path, init: bool = True, **extra: str) -> Server:
         except httpx.TransportError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                pytest.fail(f"python -m web did not start:\n{server.output()}")
+                pytest.fail(f"python -m wakeful.web did not start:\n{server.output()}")
             time.sleep(0.1)
 
 

@@ -1,6 +1,6 @@
 """The built-in agent (``WAKEFUL_AGENT=claude``): Claude with tools, behind the fenced lease.
 
-One wake (DESIGN.md section 9), inside one run:
+One wake (docs/design.md section 9), inside one run:
 
 1. The batch becomes one user turn: a payload's ``text`` as text, anything else as compact
    JSON naming the source; events of a source the config does not trust are delimited and

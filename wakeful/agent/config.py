@@ -5,7 +5,7 @@
 the model may call and what the runtime does with it (``policy``, ``effect``, ``delivery``,
 ``trusted_output`` ...). Tools come from sources (wakeful/agent/sources.py), one table kind per
 source kind: ``[tools.NAME]`` (a Python callable or an HTTP route, wakeful/agent/tools.py),
-``[mcp.NAME]``, ``[wakes]``. Trust is granted here, never assumed (DESIGN.md section 11): an event
+``[mcp.NAME]``, ``[wakes]``. Trust is granted here, never assumed (docs/design.md section 11): an event
 of a source not named in ``trusted_sources``, and the answer of a tool not declared
 ``trusted_output``, are data that make writes wait for a human's yes. ``[routes.*]`` tables
 belong to the egress proxy and are not read here.

@@ -1,6 +1,6 @@
 """A custom agent loop on wakeful's tool kit (docs/agent.md, "Your own loop").
 
-    WAKEFUL_AGENT=examples.custom_loop:agent
+    WAKEFUL_AGENT=wakeful.examples.custom_loop:agent
     WAKEFUL_AGENT_CONFIG=agent.toml        # its [tools.*] tables: the same file the claude agent reads
 
 The "model" is a stand-in that needs no network, so the example runs anywhere: a line
@@ -22,9 +22,7 @@ import json
 import re
 from typing import Any
 
-from wakeful.agent import Run
-from wakeful.agent.kit import Toolkit
-from store import Outcome
+from wakeful import Outcome, Run, Toolkit
 
 _CALL = re.compile(r"^call (\S+) (\{.*\})\s*$", re.MULTILINE)
 

@@ -1,6 +1,6 @@
 """An agent loop on Pydantic AI whose tool calls go through wakeful's tool kit (docs/agent.md).
 
-    WAKEFUL_AGENT=examples.pydantic_ai_loop:agent
+    WAKEFUL_AGENT=wakeful.examples.pydantic_ai_loop:agent
     WAKEFUL_AGENT_CONFIG=agent.toml        # its [tools.*] tables become Pydantic AI tools
 
 Pydantic AI runs the conversation; wakeful decides every tool call. Each configured tool is
@@ -36,10 +36,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from wakeful.agent import Run
-from wakeful.agent.kit import Toolkit
+from wakeful import Outcome, Run, Toolkit
 from wakeful.examples.custom_loop import plan
-from store import Outcome
 
 HISTORY = "pydantic_ai"  # memory: the message history, as Pydantic AI serialises it
 WAITING = "pydantic_ai_waiting"  # memory: results and new text kept until every deferred call is back

@@ -1,4 +1,4 @@
-"""``python -m proxy`` (or ``wakeful proxy``): check the routes, then serve with uvicorn.
+"""``python -m wakeful.proxy`` (or ``wakeful proxy``): check the routes, then serve with uvicorn.
 
 A bad setting or routes table stops it before it listens, with an error that names the
 route and the variable (never a secret's value) and exit status 2.

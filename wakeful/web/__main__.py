@@ -1,4 +1,4 @@
-"""``python -m web``: serve the web edge with uvicorn (the Procfile's ``web`` process).
+"""``python -m wakeful.web``: serve the web edge with uvicorn (the Procfile's ``web`` process).
 
 Listens on WAKEFUL_WEB_HOST:WAKEFUL_WEB_PORT (default 127.0.0.1:8000; PORT is honoured too).
 uvicorn's access log is off because it prints query strings, and approval links carry a

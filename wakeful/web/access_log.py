@@ -1,7 +1,7 @@
 """An access log that never writes a query string or a header.
 
 uvicorn's own access log prints the full request line, and approval links carry their token
-in ``?token=``: ``python -m web`` turns uvicorn's off and this one on. Paths are logged as
+in ``?token=``: ``python -m wakeful.web`` turns uvicorn's off and this one on. Paths are logged as
 sent, with control and bidi characters escaped (``%1B`` decodes to ESC): they carry inbox
 and request ids, which are not secrets but are chosen by whoever sends the request.
 """

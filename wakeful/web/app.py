@@ -1,5 +1,5 @@
-"""The ASGI app: ``create_app()`` builds it; uvicorn serves it (``python -m web``, or
-``uvicorn --factory web.app:create_app``).
+"""The ASGI app: ``create_app()`` builds it; uvicorn serves it (``python -m wakeful.web``, or
+``uvicorn --factory wakeful.web.app:create_app``).
 
 Everything the app talks to can be passed in, so tests run it against a real store with a
 simple doorbell: ``create_app(store=Store.connect(url), ring=rung.append)``.
