@@ -167,7 +167,8 @@ def _procfile_without(path: Path, secrets: list[str], home: Path) -> Path:
 
 
 def _find_procfile() -> Path:
-    for candidate in (Path.cwd() / "Procfile", Path(__file__).resolve().parent.parent / "Procfile"):
+    # The checkout's own: wakeful/cli/main.py -> the repository root, two folders up.
+    for candidate in (Path.cwd() / "Procfile", Path(__file__).resolve().parents[2] / "Procfile"):
         if candidate.exists():
             return candidate
     raise typer.BadParameter("no Procfile here; pass --procfile")
