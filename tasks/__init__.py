@@ -20,6 +20,8 @@ def __getattr__(name: str) -> Any:
 
         # One module per task family; importing them registers the tasks on the app.
         from tasks import approvals, effects, ingest, outbox, retention, run_inbox, summary, sweep, timers  # noqa: F401
+        from tasks import faults
 
+        faults.install(app)  # the fault tests' points, hooked around the run; nothing unless named
         return app
     raise AttributeError(f"module 'tasks' has no attribute {name!r}")

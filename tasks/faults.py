@@ -17,12 +17,26 @@ times are only logged. Every reach of a named point appends one JSON line (point
 pid, time and the point's context: inbox, generation, event ids ...) to the file named by
 ``WAKEFUL_FAULTS_LOG`` *before* acting, so a test can wait for "blocked at X" and then kill.
 
-The points (``POINTS``) sit in ``tasks/`` only; ``store/`` knows nothing of them. The two that
-lie inside a store transaction (``before_finish_commit``, ``during_scan``) are reached from
-SQLAlchemy's ``commit`` event on the worker's own engine, which fires just before COMMIT is
-sent: a process killed there leaves an open transaction that PostgreSQL rolls back.
+The points are hooks around the run, not lines in it (as dramatiq's middleware or
+Temporal's interceptors): ``install(app)``, called once when ``tasks.app`` is built, does
+nothing unless ``WAKEFUL_FAULTS`` names a point; then it wraps, in this process,
 
-With ``WAKEFUL_FAULTS`` unset, a point costs one dict lookup.
+- the process's store as ``tasks.runtime.get_store`` opens it (``STORE_HOOKS``): the run
+  steps (``runs.start``, ``start_next``, ``finish``, ``finish_and_claim``: ``after_claim``,
+  ``before_finish_commit``, ``after_finish_commit``), ``run_scheduler`` (``during_scan``),
+  ``intake.ingest_many`` (``before_ingest_commit``) and the channel ``outgoing.dispatch_many``
+  is given (``after_send_before_mark``);
+- the ``wakeful.ingest`` task's body (``ingest_batch``);
+- ``tasks.isolation.call_agent`` (``agent_call``, in the worker's process, before a run
+  apart is started).
+
+So the run loop's text holds no fault point, and ``store/`` knows nothing of them. The points
+inside a store transaction (``before_finish_commit``, ``during_scan``,
+``before_ingest_commit``) are reached from SQLAlchemy's ``commit`` event on the process's own
+engine, which fires just before COMMIT is sent: a process killed there leaves an open
+transaction that PostgreSQL rolls back.
+
+With ``WAKEFUL_FAULTS`` unset nothing is wrapped: the run pays nothing.
 """
 
 from __future__ import annotations
@@ -84,10 +98,6 @@ _lock = threading.Lock()
 _pending: contextvars.ContextVar[tuple[str, dict[str, Any], dict[str, bool]] | None] = (
     contextvars.ContextVar("wakeful_fault_pending", default=None))
 _WRITES = ("INSERT", "UPDATE", "DELETE")
-
-
-def active() -> bool:
-    return bool(_points)
 
 
 def point(name: str, **context: Any) -> None:
@@ -198,3 +208,96 @@ def wrap_send(send: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     faulty_send.delivery = getattr(send, "delivery", "at-least-once")  # type: ignore[attr-defined]
     return faulty_send
+
+
+# --- the hooks around the run ---------------------------------------------------------------
+
+_installed = False
+
+
+def install(app: Any) -> None:
+    """Wrap this process's run in the named points (the module docstring); once, and not at
+    all when ``WAKEFUL_FAULTS`` names none."""
+    global _installed
+    if _installed or not _points:
+        return
+    _installed = True
+    from tasks import isolation, runtime
+
+    runtime.STORE_HOOKS.append(_around_store)
+    ingest = app.tasks["wakeful.ingest"]
+    ingest.run = _around_ingest(ingest.run)
+    isolation.call_agent = _around_agent_call(isolation.call_agent)
+
+
+def _around_ingest(run: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+    def run_with_point(requests: list[Any]) -> Any:
+        point("ingest_batch", messages=len(requests))
+        return run(requests)
+    return run_with_point
+
+
+def _around_agent_call(call_agent: Callable[..., Any]) -> Callable[..., Any]:
+    from tasks import isolation, runtime
+
+    def call_with_point(agent: Any, run: Any, **kwargs: Any) -> Any:
+        if runtime.shares_process():  # the point is about runs sharing a process
+            point("agent_call", inbox=run.inbox, events=[e.id for e in run.events],
+                  apart=isolation.runs_apart(run))
+        return call_agent(agent, run, **kwargs)
+    return call_with_point
+
+
+def _around_store(store: Any) -> None:
+    """The store's run steps, timer scan, intake and dispatch, each with its points: wrapped
+    on this one store object, so ``store/`` stays unaware."""
+    runs, intake, outgoing = store.runs, store.intake, store.outgoing
+    start, start_next, finish, finish_and_claim = runs.start, runs.start_next, runs.finish, runs.finish_and_claim
+    run_scheduler, ingest_many, dispatch_many = store.run_scheduler, intake.ingest_many, outgoing.dispatch_many
+
+    def claimed(inbox: str, generation: int | None, events: list[Any]) -> None:
+        if events:  # logged once the claim committed, before anything may stop the process
+            point("after_claim", inbox=inbox, generation=generation, events=[e.id for e in events])
+
+    def hooked_start(inbox: str, holder: str, **kwargs: Any) -> Any:
+        begun = start(inbox, holder, **kwargs)
+        claimed(inbox, begun.generation, begun.events)
+        return begun
+
+    def hooked_start_next(holder: str, **kwargs: Any) -> Any:
+        got = start_next(holder, **kwargs)
+        if got is not None:
+            claimed(got[0], got[1].generation, got[1].events)
+        return got
+
+    def finishing(step: Callable[..., Any]) -> Callable[..., Any]:
+        def hooked(inbox: str, holder: str, gen: int, event_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            where = {"inbox": inbox, "generation": gen, "events": list(event_ids)}
+            with before_commit(store, "before_finish_commit", **where):
+                done = step(inbox, holder, gen, where["events"], *args, **kwargs)
+            finished = done
+            if not isinstance(done, bool):  # finish_and_claim's RunStep: what it claimed too
+                finished = done.finished
+                claimed(inbox, gen, done.events)
+                if done.next is not None:
+                    claimed(done.next[0], done.next[1].generation, done.next[1].events)
+            point("after_finish_commit", finished=finished, **where)
+            return done
+        return hooked
+
+    def hooked_run_scheduler(**kwargs: Any) -> Any:
+        with before_commit(store, "during_scan"):
+            return run_scheduler(**kwargs)
+
+    def hooked_ingest_many(items: Any, **kwargs: Any) -> Any:
+        items = list(items)
+        with before_commit(store, "before_ingest_commit", messages=len(items)):
+            return ingest_many(items, **kwargs)
+
+    def hooked_dispatch_many(inboxes: Any, send: Callable[[Any], Any], **kwargs: Any) -> Any:
+        return dispatch_many(inboxes, wrap_send(send), **kwargs)
+
+    runs.start, runs.start_next = hooked_start, hooked_start_next
+    runs.finish, runs.finish_and_claim = finishing(finish), finishing(finish_and_claim)
+    store.run_scheduler = hooked_run_scheduler
+    intake.ingest_many, outgoing.dispatch_many = hooked_ingest_many, hooked_dispatch_many

@@ -31,7 +31,6 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from wakeful import telemetry
 from store import InvalidEvent
 
-from tasks import faults
 from tasks.application import app
 from tasks.batches import BatchTask, batch_span, mark_done
 from tasks.doorbell import ring_many
@@ -81,7 +80,6 @@ def ingest(requests: list[Any]) -> dict[str, int]:
 
 
 def _ingest(requests: list[Any]) -> dict[str, int]:
-    faults.point("ingest_batch", messages=len(requests))
     store = get_store()
     results: dict[int, dict[str, Any]] = {}
     items: list[tuple[int, tuple[Any, ...]]] = []
@@ -132,8 +130,7 @@ def _store(store: Any, items: list[tuple[int, tuple[Any, ...]]], results: dict[i
     when the store refuses any of them, one call per item, so only the bad ones are refused
     (recorded in ``results``). A database that cannot be reached raises one of ``_OUTAGE``."""
     try:
-        with faults.before_commit(store, "before_ingest_commit", messages=len(items)):
-            return _with_pauses(lambda: store.intake.ingest_many([item for _, item in items]))
+        return _with_pauses(lambda: store.intake.ingest_many([item for _, item in items]))
     except InvalidEvent:
         pass
     except DBAPIError as exc:

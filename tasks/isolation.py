@@ -63,7 +63,7 @@ from wakeful import telemetry
 from store import Outcome
 
 from wakeful.agent import Agent, Run
-from tasks import faults, runtime
+from tasks import runtime
 
 log = logging.getLogger("wakeful.runs")
 
@@ -85,11 +85,7 @@ def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outc
     """The agent's answer to ``run``: in this thread, or for a retried batch in a process
     shared with other runs, from a process of its own (see the module docstring).
     ``deadline`` (a ``time.monotonic()``) is when a run apart is killed."""
-    shared = runtime.shares_process()
-    apart = shared and any(e.attempts >= 2 for e in run.events)
-    if shared:
-        faults.point("agent_call", inbox=run.inbox, events=[e.id for e in run.events], apart=apart)
-    if not apart:
+    if not runs_apart(run):
         return agent(run)
     try:
         pickled = pickle.dumps(agent)
@@ -107,6 +103,11 @@ def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outc
         return _run_apart(pickled, run, deadline, getattr(agent, "__module__", None))
     finally:
         _slots.release()
+
+
+def runs_apart(run: Run) -> bool:
+    """A retried batch (its event claimed before) where runs share the process."""
+    return runtime.shares_process() and any(e.attempts >= 2 for e in run.events)
 
 
 # --- the waiting thread -------------------------------------------------------------------

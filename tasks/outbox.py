@@ -15,7 +15,7 @@ import inspect
 import logging
 from typing import Any
 
-from tasks import doorbell, faults
+from tasks import doorbell
 from tasks.application import app, runtime_settings
 from tasks.batches import BatchTask, batch_span
 from tasks.approval_links import with_links
@@ -33,7 +33,7 @@ def get_channel() -> Send:
     if _channel is None:
         # Approval links are minted here, never in the worker that runs agent code.
         settings = runtime_settings()
-        _channel = faults.wrap_send(with_links(Router(load_channel(settings.outbox_channel, settings), settings)))
+        _channel = with_links(Router(load_channel(settings.outbox_channel, settings), settings))
         _channel = traced(_channel, settings.outbox_channel)  # a span per send, when traces are on
     return _channel
 

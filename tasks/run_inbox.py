@@ -43,7 +43,7 @@ from store.spend import Budget, Usage, Verdict
 
 from wakeful.agent import Agent, LeaseLost, Run, TryLater, load_agent, summary_of
 from tasks.application import app, runtime_settings
-from tasks import doorbell, faults, isolation, runtime
+from tasks import doorbell, isolation, runtime
 from tasks.lease_keeper import keeper
 from tasks.runtime import get_store, holder_name
 
@@ -186,7 +186,6 @@ def _run_inbox(store: Store, agent: Agent, inbox: Any, holder: str, deadline: fl
         return {"inbox": None, "rejected": str(exc)}
     if start.generation is None:
         return {"inbox": inbox, "skipped": "nothing to claim, or another worker holds the lease"}
-    _claimed(inbox, start.generation, start.events)
     if backlog is not None and runtime.dense():
         # This task stands for rings coalesced onto it, and its own inbox will keep it for
         # as long as its agent waits: another task must take up the backlog meanwhile, or
@@ -222,7 +221,6 @@ def _drain_backlog(store: Store, agent: Agent, holder: str, deadline: float,
             got = store.runs.start_next(holder, skip=backlog.skip)
             if got is None:
                 break
-            _claimed(got[0], got[1].generation, got[1].events)
         inbox, start = got
         served.append(inbox)
         if time.monotonic() >= recruit_from:
@@ -373,25 +371,19 @@ def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[s
               ) -> tuple[dict[str, Any], RunStep]:
     """Finish the run (fenced) and, unless this is the task's last run, claim the next batch."""
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
-    where = {"inbox": inbox, "generation": gen, "events": ids}
     drain = lease.drain
     take_next = drain.skip if drain is not None and drain.open() else None
-    with faults.before_commit(store, "before_finish_commit", **where):
-        if claim_next:
-            step = _once_more_on_disconnect(lambda: store.runs.finish_and_claim(
-                inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after,
-                take_next=take_next))
-        else:
-            step = RunStep(_once_more_on_disconnect(lambda: store.runs.finish(
-                inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after)),
-                events=[], released=False)
-    # Committed: logged before anything may stop this process.
-    _claimed(inbox, gen, step.events)
+    if claim_next:
+        step = _once_more_on_disconnect(lambda: store.runs.finish_and_claim(
+            inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after,
+            take_next=take_next))
+    else:
+        step = RunStep(_once_more_on_disconnect(lambda: store.runs.finish(
+            inbox, holder, gen, ids, outcome=outcome, error=error, retry_after=retry_after)),
+            events=[], released=False)
     if step.next is not None:
         assert drain is not None
         drain.taken = step.next
-        _claimed(step.next[0], step.next[1].generation, step.next[1].events)
-    faults.point("after_finish_commit", finished=step.finished, **where)
     if claim_next:
         fenced = not step.finished and not step.released and not step.events
     else:
@@ -426,11 +418,6 @@ def _disconnected(exc: DBAPIError) -> bool:
     """The database, not the statement: a lost connection, a refused one, a lock or
     serialization wait given up (OperationalError). A programming error is none of these."""
     return exc.connection_invalidated or isinstance(exc, OperationalError)
-
-
-def _claimed(inbox: str, generation: int, events: list[Event]) -> None:
-    if events:
-        faults.point("after_claim", inbox=inbox, generation=generation, events=[e.id for e in events])
 
 
 def _hand_back(lease: HeldLease) -> str:

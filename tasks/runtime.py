@@ -17,6 +17,7 @@ import gc
 import os
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from celery.signals import worker_init, worker_process_init, worker_ready
@@ -81,6 +82,11 @@ _pid: int | None = None
 _inherited: list[Store] = []
 
 
+# What is wrapped around each store a process opens: the fault points' hooks
+# (tasks/faults.py), when WAKEFUL_FAULTS names any; otherwise nothing.
+STORE_HOOKS: list[Callable[[Store], None]] = []
+
+
 def get_store() -> Store:
     """This process's Store. A child forked from a parent that had one opens its own."""
     global _store, _pid
@@ -96,6 +102,8 @@ def get_store() -> Store:
             settings = runtime_settings()
             _store = Store.connect(settings.store_url, pool_size=size, max_overflow=overflow,
                                    **settings.store_options())
+            for hook in STORE_HOOKS:
+                hook(_store)
             _pid = os.getpid()
         return _store
 

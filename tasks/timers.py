@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks import faults
 from tasks.application import app
 from tasks.doorbell import ring_many
 from tasks.runtime import get_store
@@ -18,7 +17,6 @@ from tasks.runtime import get_store
 @app.task(name="wakeful.scan_timers")
 def scan_timers() -> dict[str, Any]:
     store = get_store()
-    with faults.before_commit(store, "during_scan"):
-        fired = store.run_scheduler()
+    fired = store.run_scheduler()
     rung = ring_many(f.inbox for f in fired if f.stored)
     return {"fired": len(fired), "inboxes_rung": rung}

@@ -36,6 +36,36 @@ def test_unset_points_do_nothing(monkeypatch, tmp_path) -> None:
     assert not (tmp_path / "log").exists()
 
 
+def test_install_wraps_nothing_when_no_point_is_named(monkeypatch) -> None:
+    from tasks import isolation, runtime
+
+    monkeypatch.setattr(faults, "_points", {})
+    monkeypatch.setattr(faults, "_installed", False)
+    call_agent, hooks = isolation.call_agent, list(runtime.STORE_HOOKS)
+    faults.install(SimpleNamespace(tasks={}))  # a named point would look up the ingest task here
+    assert isolation.call_agent is call_agent and runtime.STORE_HOOKS == hooks
+
+
+def test_the_run_path_holds_no_fault_point() -> None:
+    """The points are hooks around the run (tasks/faults.py ``install``): no task module
+    but the package's entry, which installs them, names the fault module."""
+    import ast
+    from pathlib import Path
+
+    tasks_dir = Path(faults.__file__).parent
+    naming = []
+    for path in sorted(tasks_dir.rglob("*.py")):
+        if path.name == "faults.py" or path == tasks_dir / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module == "tasks.faults" or (
+                    node.module == "tasks" and any(a.name == "faults" for a in node.names))):
+                naming.append(str(path.relative_to(tasks_dir)))
+            if isinstance(node, ast.Import) and any(a.name == "tasks.faults" for a in node.names):
+                naming.append(str(path.relative_to(tasks_dir)))
+    assert naming == []
+
+
 def test_a_reached_point_is_logged_before_it_acts(monkeypatch, tmp_path) -> None:
     log = tmp_path / "log"
     monkeypatch.setattr(faults, "_points", {"after_claim": ("log", 0.0, 0),
