@@ -133,7 +133,6 @@ def base_env(home: Path, **extra: str) -> dict[str, str]:
         "WAKEFUL_HOME": str(home),
         "WAKEFUL_BROKER_URL": REDIS_URL,
         "WAKEFUL_TASK_EVENTS": "false",
-        "WAKEFUL_LOG_LEVEL": "WARNING",
         "BENCH_REDIS_URL": REDIS_URL,
         "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
     })

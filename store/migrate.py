@@ -29,6 +29,21 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     command.upgrade(config(engine), revision)
 
 
+def behind(engine: Engine) -> str | None:
+    """Why the database is not at this code's schema (no tables yet, or an older revision),
+    in words that say what to run; None when it is at head."""
+    from alembic.runtime.migration import MigrationContext
+
+    head = ScriptDirectory.from_config(config()).get_current_head()
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn).get_current_revision()
+    if current == head:
+        return None
+    if current is None:
+        return "the store's database has no tables yet: run `wakeful init`"
+    return f"the store's database is at schema {current}, this wakeful needs {head}: run `wakeful init`"
+
+
 def plan_functions() -> dict[str, str]:
     """Name -> CREATE statement of every plan function the migrations leave at head."""
     functions: dict[str, str] = {}

@@ -75,6 +75,13 @@ class Store:
             with self.transactions.transaction() as conn:
                 create_plan_functions(conn, plan_functions())
 
+    def behind(self) -> str | None:
+        """Why this store cannot be used until ``migrate`` runs (one line naming the command),
+        or None when its schema is the code's."""
+        from .migrate import behind
+
+        return behind(self.engine)
+
     def dispose(self) -> None:
         self.transactions.dispose()
 

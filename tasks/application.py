@@ -109,12 +109,15 @@ if telemetry.setup(_celery_role(sys.argv)):
 
 @celeryd_init.connect
 @beat_init.connect
-def _init_embedded(**_kwargs) -> None:
+def _at_start(**_kwargs) -> None:
+    settings = runtime_settings()
+    # Which store and broker, said once at the start (a typo'd or missing URL that leaves a
+    # process on the embedded default is then plain to see; no password is shown).
+    print(f"wakeful {_celery_role(sys.argv)}: {settings.where()}", file=sys.stderr, flush=True)
     # `wakeful up` and `wakeful demo` do this before starting anything; a process started
     # by hand (celery -A tasks worker) does it too, retrying if it races another. Only the
     # embedded SQLite store is migrated here: PostgreSQL is migrated once, by `wakeful init`
     # (compose's `init` service), never by every worker that starts.
-    settings = runtime_settings()
     if settings.store_url.startswith("sqlite"):
         embedded.migrate_store(settings.store_url, settings.store_options())
     if settings.embedded_broker:

@@ -19,6 +19,10 @@ BAD = {
     "WAKEFUL_OUTBOX_GAP=x": "WAKEFUL_OUTBOX_GAP must be a whole number >= 0, got 'x'",
     "WAKEFUL_OUTBOX_GAP=-1": "WAKEFUL_OUTBOX_GAP must be a whole number >= 0, got '-1'",
     "WAKEFUL_AGENT=claud": "WAKEFUL_AGENT must be module:callable (or claude, demo), got 'claud'",
+    # A typo'd name is not ignored (the store would silently stay on its embedded default).
+    "WAKEFUL_DATABSE_URL=postgresql://u:pw@127.0.0.1:1/x":
+        "WAKEFUL_DATABSE_URL is not a wakeful setting; did you mean WAKEFUL_DATABASE_URL?",
+    "WAKEFUL_OUTBOX_GAPP=10": "WAKEFUL_OUTBOX_GAPP is not a wakeful setting; did you mean WAKEFUL_OUTBOX_GAP?",
 }
 PROCESSES = {
     "wakeful check": [str(BIN / "wakeful"), "check"],
@@ -51,3 +55,19 @@ def test_importing_every_module_with_a_bad_setting_raises_nothing(tmp_path: Path
                           env={**base_env(tmp_path), "WAKEFUL_OUTBOX_GAP": "x", "WAKEFUL_AGENT": "claud",
                                "WAKEFUL_WEB_MAX_BODY": "lots", "WAKEFUL_PROXY_URL": "ftp://x"})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_worker_says_at_its_start_which_store_and_broker_it_uses(tmp_path: Path) -> None:
+    """The line that makes a store left on its embedded default plain to see; a password in
+    a URL is never shown."""
+    env = {**base_env(tmp_path), "WAKEFUL_DATABASE_URL": "postgresql+psycopg://wakeful:pw-not-shown@127.0.0.1:1/x"}
+    worker = subprocess.Popen(PROCESSES["worker"] + ["-n", "runs@%h"], cwd=tmp_path, env=env, text=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert worker.stderr is not None
+        said = next((line for line in worker.stderr if line.startswith("wakeful ")), "")
+    finally:
+        worker.kill()
+        worker.wait()
+    assert said.startswith("wakeful runs: store postgresql+psycopg://wakeful:***@127.0.0.1:1/x, broker sqla+sqlite:///")
+    assert "(embedded: WAKEFUL_BROKER_URL is not set)" in said and "pw-not-shown" not in said

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
+
+if TYPE_CHECKING:
+    from wakeful.settings import RuntimeSettings
 
 
 def check() -> None:
-    """Check the settings and the agent, and the tool config (WAKEFUL_AGENT_CONFIG: every
-    tool's policy, call and input schema) when the agent is claude or the file is named.
-    Exit 2 on a bad setting, 1 on a bad agent or config, with the reason on one line."""
+    """Check what a process needs at its start: the settings, the store (reachable, and
+    migrated), the broker (reachable), the agent, and the tool config (WAKEFUL_AGENT_CONFIG:
+    every tool's policy, call and input schema) when the agent is claude or the file is named.
+    Exit 2 on a bad setting, 1 on anything else, each failure on one line."""
     from wakeful.settings import RuntimeSettings, for_process
 
     settings = for_process(RuntimeSettings, "wakeful check")  # a bad one: one line, exit 2
+    typer.echo(settings.where())
+    failures = [f for f in (_store_problem(settings), _broker_problem(settings)) if f]
+    for failure in failures:
+        typer.echo(f"wakeful check: {failure}", err=True)
     from wakeful.agent import load_agent
     from wakeful.agent.loading import BUILTIN, builtin
     from wakeful.agent.config import ConfigError, for_worker
@@ -27,7 +37,43 @@ def check() -> None:
     except (ConfigError, ImportError, AttributeError, TypeError, ValueError) as exc:
         typer.echo(f"wakeful check: {exc}", err=True)
         raise typer.Exit(1) from None
+    if failures:
+        raise typer.Exit(1)
     typer.echo("ok")
+
+
+def _store_problem(settings: "RuntimeSettings") -> str | None:
+    """The store unreachable, or PostgreSQL without this wakeful's schema (its workers do not
+    migrate it: `wakeful init` does). The embedded SQLite file is migrated by the first
+    process that starts, so only its reachability counts."""
+    from store import Store
+    from wakeful.cli.operator import usable
+
+    store = Store.connect(settings.store_url, **settings.store_options())
+    try:
+        problem = usable(store, settings.store_url)
+    finally:
+        store.dispose()
+    if problem and not problem.startswith("cannot reach") and not settings.database_url:
+        return None
+    return problem
+
+
+def _broker_problem(settings: "RuntimeSettings") -> str | None:
+    """The broker unreachable (the embedded one is a file made at the first start)."""
+    if settings.embedded_broker:
+        return None
+    from kombu import Connection
+
+    from wakeful.settings import without_password
+
+    try:
+        with Connection(settings.broker, connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1, timeout=5)
+    except Exception as exc:  # noqa: BLE001 - kombu raises the transport's own errors: name it, one line
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"cannot reach the broker ({without_password(settings.broker)}): {reason}"
+    return None
 
 
 def _show(cfg: object, claude: bool) -> None:

@@ -199,12 +199,14 @@ def ingest(
     from store import InvalidEvent
     from tasks.doorbell import ring
 
-    try:
-        body = json.loads(payload)
-        stored = _store().ingest(inbox, source, source_id, body)
-    except (ValueError, InvalidEvent) as exc:
-        typer.echo(f"rejected: {exc}", err=True)
-        raise typer.Exit(2)
+    from wakeful.cli.operator import opened_store
+
+    with opened_store() as store:
+        try:
+            stored = store.ingest(inbox, source, source_id, json.loads(payload))
+        except (ValueError, InvalidEvent) as exc:
+            typer.echo(f"rejected: {exc}", err=True)
+            raise typer.Exit(2)
     if stored:
         ring(inbox)
     typer.echo("stored" if stored else "duplicate (already stored)")
@@ -231,7 +233,10 @@ cli.add_typer(hooks_cli, name="hooks")
 def purge(older_than: Optional[int] = typer.Option(None, help="Seconds (default "
                                                    "WAKEFUL_RETENTION).")) -> None:
     """Retention: delete old finished rows now."""
-    counts = _store().purge(older_than if older_than is not None else _settings().retention)
+    from wakeful.cli.operator import opened_store
+
+    with opened_store() as store:
+        counts = store.purge(older_than if older_than is not None else _settings().retention)
     typer.echo(json.dumps(counts))
 
 

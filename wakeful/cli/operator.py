@@ -45,9 +45,26 @@ def opened_store() -> Iterator["Store"]:
     s = for_process(RuntimeSettings, "wakeful")
     store = Store.connect(s.store_url, **s.store_options())
     try:
+        problem = usable(store, s.store_url)
+        if problem:
+            fail(problem, as_json=False)
         yield store
     finally:
         store.dispose()
+
+
+def usable(store: "Store", url: str) -> str | None:
+    """Why a command cannot use the store, in one line (its database unreachable, or without
+    this wakeful's tables: run `wakeful init`); None when it can."""
+    from sqlalchemy.exc import DBAPIError
+
+    from wakeful.settings import without_password
+
+    try:
+        return store.behind()
+    except DBAPIError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+        return f"cannot reach the store's database ({without_password(url)}): {reason}"
 
 
 def ring(inbox: str) -> None:
