@@ -127,8 +127,11 @@ def answer(conn: Connection, s: StoreSettings, inbox: str, request_id: str, answ
             timers.fire(conn, s, [expiry], now)
     else:
         answered = {"approval": request_id, "answer": answer, "action": row.action}
-        inbox_rules.insert_event(conn, inbox, SOURCE, request_id,
-                                 answered if by is None else {**answered, "by": by}, now)
+        if inbox_rules.insert_event(conn, inbox, SOURCE, request_id,
+                                    answered if by is None else {**answered, "by": by}, now):
+            # The answer holds the key the expiry would be stored under: that timer can never
+            # fire anything, so it is done now, not shown live until its deadline.
+            timers.settle(conn, inbox, timer_id(request_id))
     return standing(conn, inbox, request_id) or ApprovalAnswer.EXPIRED
 
 

@@ -109,6 +109,12 @@ def cancel(conn: Connection, inbox: str, timer_id: str) -> bool:
     return result.rowcount > 0
 
 
+def settle(conn: Connection, inbox: str, timer_id: str) -> None:
+    """A live one-off timer whose event another path stored under its key: done, unfired."""
+    conn.execute(update(timers).where(timers.c.inbox == inbox, timers.c.timer_id == timer_id, LIVE)
+                 .values(done=True))
+
+
 def due_now(conn: Connection, now: int, limit: int) -> list[Row]:
     """Lock up to ``limit`` due timers; rows another scanner holds are skipped, not waited on."""
     return conn.execute(

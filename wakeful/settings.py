@@ -98,8 +98,9 @@ class _Settings(BaseSettings):
         """The settings from ``env`` (default: this process's environment)."""
         source = EnvSettingsSource(cls)
         # A blank variable is an unset one (a compose file's `X=`); names match in any case.
-        source.env_vars = {name.lower(): value.strip() for name, value in (os.environ if env is None else env).items()
-                           if value.strip()}
+        env = os.environ if env is None else env
+        unknown_variable(env)
+        source.env_vars = {name.lower(): value.strip() for name, value in env.items() if value.strip()}
         return cls(_from_env=True, **source())
 
     @classmethod
@@ -109,6 +110,50 @@ class _Settings(BaseSettings):
         if isinstance(alias, AliasChoices):
             return str(alias.choices[0])
         return str(cls.model_config.get("env_prefix", "")) + name.upper()
+
+
+# WAKEFUL_* variables that are not a process's settings: the outbox's named channels
+# (WAKEFUL_CHANNEL_<NAME>, read by channel_spec) and the test harness's own (fault points,
+# the test services, the trace test directory, CI's "services required"), which the tests
+# set in the processes they start.
+NOT_SETTINGS_PREFIXES = (PREFIX + "CHANNEL_", PREFIX + "FAULTS", PREFIX + "TEST_")
+NOT_SETTINGS = (PREFIX + "REQUIRE_SERVICES", PREFIX + "TRACES_TEST_DIR")
+
+
+def without_password(url: str) -> str:
+    """``url`` with the password of its authority (``user:password@``) shown as ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    return parts._replace(netloc=f"{userinfo.partition(':')[0]}:***@{host}").geturl()
+
+
+def unknown_variable(env: Mapping[str, str]) -> None:
+    """A ``WAKEFUL_*`` variable no process reads is a mistake (a typo'd WAKEFUL_DATABSE_URL
+    would leave the store on its embedded default): a SettingsError naming the closest one."""
+    import difflib
+
+    names = known_variables()
+    for name in sorted(env):
+        upper = name.upper()
+        if (not upper.startswith(PREFIX) or upper in names or upper in NOT_SETTINGS
+                or upper.startswith(NOT_SETTINGS_PREFIXES)):
+            continue
+        # Matched without the prefix every name shares, which would make anything look close.
+        closest = difflib.get_close_matches(upper[len(PREFIX):], [n[len(PREFIX):] for n in names], n=1, cutoff=0.6)
+        hint = f"; did you mean {PREFIX}{closest[0]}?" if closest else " (wakeful/settings.py lists them)"
+        raise SettingsError(f"{name} is not a wakeful setting{hint}")
+
+
+def known_variables() -> set[str]:
+    """Every variable a settings class of any process reads."""
+    names: set[str] = set()
+    for cls in (RuntimeSettings, WebSettings, ProxySettings):
+        for field, info in cls.model_fields.items():
+            alias = info.validation_alias
+            names.update(alias.choices if isinstance(alias, AliasChoices) else [cls.variable(field)])
+    return {str(n).upper() for n in names}
 
 
 S = TypeVar("S", bound=_Settings)
@@ -434,6 +479,13 @@ class RuntimeSettings(StoreSettings, _Shared, AgentFileSettings):
     def broker_visibility_timeout(self) -> int:
         return self.visibility_timeout or max(3600, 2 * self.hard_time_limit)
 
+    def where(self) -> str:
+        """Which store and broker this process uses, for the line a process says at its start
+        (never a password): a store left on its embedded default is then plain to see."""
+        store = self.store_url if self.database_url else f"{self.store_url} (embedded: WAKEFUL_DATABASE_URL is not set)"
+        broker = self.broker if self.broker_url else f"{self.broker} (embedded: WAKEFUL_BROKER_URL is not set)"
+        return f"store {without_password(store)}, broker {without_password(broker)}"
+
     def store_options(self) -> dict[str, Any]:
         """The keyword arguments for ``Store.connect``: the pooler and the store's rules."""
         return {"pooler": self.database_pooler, **{name: getattr(self, name) for name in StoreSettings.names()}}
@@ -483,6 +535,12 @@ class WebSettings(_Shared):
     # half-sent request no longer holds a connection for ever. nginx waits 60 s, Apache's
     # mod_reqtimeout 20 s; 10 s is ample for a real client on any link.
     header_timeout: Positive = read_from("WAKEFUL_WEB_HEADER_TIMEOUT", 10)
+    # Seconds a client has to send a whole request, headers and body, from its first byte
+    # (wakeful/serving.py): then 408 and the connection is closed, so a body dribbled after
+    # complete headers no longer holds a connection for as long as the client likes. The
+    # largest body (WAKEFUL_WEB_MAX_BODY, 1 MiB) needs 100 KiB/s to arrive in 10 s; senders
+    # send from data centres, and an approval answer is a few hundred bytes.
+    request_timeout: Positive = read_from("WAKEFUL_WEB_REQUEST_TIMEOUT", 10)
 
     @field_validator("webhook_secrets")
     @classmethod
@@ -531,6 +589,11 @@ class ProxySettings(_Settings):
     # (wakeful/serving.py). Workers send their headers in one write, so 10 s is already generous; a
     # slow or stalled client no longer holds a connection and a file descriptor for ever.
     header_timeout: Seconds = 10.0
+    # Seconds a caller has to send a whole request, headers and body, from its first byte: then
+    # 408 and the connection is closed (wakeful/serving.py); nothing half-sent goes upstream. The
+    # largest body (max_request_bytes, 32 MiB) takes a few seconds even on a 100 Mbit/s link
+    # between hosts; 30 s leaves room for that and still bounds a caller dribbling its body.
+    request_timeout: Seconds = 30.0
     # Refusals of callers without a live grant for the route (no grant, forged, expired,
     # fenced, unknown route...) written to the audit a second, twice as many at once
     # (store/budget.py): anyone who reaches the proxy can cause them at will, and a flood of

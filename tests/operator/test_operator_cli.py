@@ -119,7 +119,9 @@ def test_approvals_pending_with_deadlines(wakeful: Wakeful, content: Content) ->
     assert {(a["request_id"], a["answer"]) for a in everything} == {("refund-1", None), ("refund-2", "expired")}
 
     out = wakeful("approvals").stdout
-    row = next(line for line in out.splitlines() if line.startswith("alice"))
+    header, row = out.splitlines()[0], next(line for line in out.splitlines() if line.startswith("alice"))
+    assert header.split() == ["inbox", "request_id", "action", "tool", "input", "requested", "deadline", "left",
+                              "approver", "answer", "by"]  # a name over every column
     assert "refund-1" in row and "refund order 1" in row and "in 5" in row and "pending" in row
     assert wakeful("approvals", "--inbox", "bob").stdout.strip() == "no pending approvals"
 
@@ -148,6 +150,7 @@ def test_timers(wakeful: Wakeful, content: Content) -> None:
         ("tick", 3600, False), ("approval:refund-1", None, False)]
     assert content.now - 200 <= rows[0]["due"] - 600 <= content.now
     out = wakeful("timers", "--inbox", "alice").stdout
+    assert out.splitlines()[0].split() == ["id", "due", "in", "repeats", "misfire", "state"]
     assert "every 1h00m" in out and "approval:refund-1" in out and "once" in out
     bob = wakeful("timers", "--inbox", "bob").stdout  # its expiry timer fired: done
     assert "approval:refund-2" in bob and "done" in bob

@@ -111,3 +111,39 @@ def test_wakeful_up_gives_a_route_secret_to_the_proxy_alone(tmp_path: Path) -> N
     while processes_with_home(home) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert processes_with_home(home) == []
+
+
+def test_wakeful_up_skips_the_proxy_when_the_agent_config_has_no_routes(tmp_path: Path) -> None:
+    """The README's own agent.toml has tools and no [routes.*]: the proxy has nothing to serve,
+    so `up` says it skips it and starts the rest (it used to exit 2)."""
+    config = tmp_path / "agent.toml"
+    config.write_text('[agent]\nmodel = "m"\n')
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("worker: celery -A tasks worker -Q wakeful.runs -n runs@%h -P solo -l INFO\n"
+                        "proxy: wakeful proxy\n")
+    env = {**base_env(tmp_path), "WAKEFUL_AGENT_CONFIG": str(config)}
+    home = Path(env["WAKEFUL_HOME"])
+    wakeful = str(Path(sys.executable).with_name("wakeful"))
+    log_path = tmp_path / "up.log"
+    with open(log_path, "wb") as log:
+        up = subprocess.Popen([wakeful, "up", "--procfile", str(procfile)], env=env, cwd=tmp_path,
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while b"ready." not in log_path.read_bytes():
+            assert up.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        said = log_path.read_text()
+        assert "wakeful up: skipping proxy (the agent config has no [routes.*] table: nothing to serve)" in said
+        assert "proxy.1" not in said
+    finally:
+        os.kill(up.pid, signal.SIGINT)
+        try:
+            up.wait(timeout=30)
+        finally:
+            os.killpg(up.pid, signal.SIGKILL) if up.poll() is None else None
+    deadline = time.monotonic() + 15
+    while processes_with_home(home) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_with_home(home) == []

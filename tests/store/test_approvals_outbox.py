@@ -28,6 +28,15 @@ def test_an_answer_before_the_deadline_stands_and_a_second_tap_is_told_so(store:
         "approval", "r1", {"approval": "r1", "answer": "no", "action": "refund order 1"})
 
 
+def test_an_answered_approval_s_expiry_timer_is_done(store: Store) -> None:
+    """Its event can never be stored (the answer holds the key): the timer is not live."""
+    store.request_approval("a", "r1", "refund", 4 * H, now=T)
+    assert [t.done for t in store.timers("a")] == [False]
+    assert store.answer_approval("a", "r1", "yes", now=T + H) == "yes"
+    assert [t.done for t in store.timers("a")] == [True]
+    assert store.run_scheduler(now=T + 5 * H) == []
+
+
 def test_the_deadline_itself_is_expired(store: Store) -> None:
     store.request_approval("a", "r1", "refund", 60, now=T)
     assert store.answer_approval("a", "r1", "yes", now=T + 60) == "expired"

@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -117,7 +117,12 @@ def up(
             names.remove("proxy")
         if "web" in names and not _web_available():
             names.remove("web")
-    secrets = _route_secret_vars("proxy" in names)
+    routes = _routes("proxy" in names)
+    if not processes and "proxy" in names and not routes:
+        typer.echo("wakeful up: skipping proxy (the agent config has no [routes.*] table: nothing to serve)",
+                   err=True)
+        names.remove("proxy")
+    secrets = sorted({r.secret_env for r in routes.values() if r.secret_env})
     _init()
     if secrets:
         path = _procfile_without(path, secrets, settings.home)
@@ -129,24 +134,25 @@ def up(
     os.execv(honcho, [honcho, "-f", str(path), "-d", str(Path.cwd()), "start", *names])
 
 
-def _route_secret_vars(proxy_starts: bool) -> list[str]:
-    """The environment variables that hold the egress routes' secrets (``secret_env`` of the
-    agent config's ``[routes.*]``): the proxy's alone. A config the proxy cannot serve stops
+def _routes(proxy_starts: bool) -> dict[str, Any]:
+    """The agent config's egress routes (``[routes.*]``), none without a config or that table;
+    their ``secret_env`` variables are the proxy's alone. A route the proxy cannot serve stops
     ``up`` with the proxy's one-line reason when the proxy is to start."""
-    from wakeful.settings import agent_config_path
+    from wakeful.settings import agent_config_path, read_toml
 
-    if not agent_config_path():
-        return []
-    from wakeful.proxy.routes import RoutesError, load
+    path = agent_config_path()
+    if not path:
+        return {}
+    from wakeful.proxy.routes import RoutesError, parse
 
     try:
-        routes = load()
+        tables = read_toml(path, RoutesError).get("routes")
+        return parse(tables, path) if tables else {}
     except RoutesError as exc:
         if proxy_starts:
             typer.echo(f"wakeful up: {exc}", err=True)
             raise typer.Exit(2) from None
-        return []
-    return sorted({r.secret_env for r in routes.values() if r.secret_env})
+        return {}
 
 
 def _procfile_without(path: Path, secrets: list[str], home: Path) -> Path:

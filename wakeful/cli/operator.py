@@ -309,7 +309,7 @@ def approvals(inbox: Optional[str] = INBOX,
         emit_json([{**asdict(a), "tool": tools.get((a.inbox, a.request_id), (None,))[0],
                     "input": tools.get((a.inbox, a.request_id), (None, None))[1]} for a in rows])
         return
-    table(["inbox", "request_id", "action", "tool", "input", "requested", "deadline", "", "approver",
+    table(["inbox", "request_id", "action", "tool", "input", "requested", "deadline", "left", "approver",
            "answer", "by"],
           [[a.inbox, a.request_id, a.action, *tools.get((a.inbox, a.request_id), ("-", "-")),
             when(a.created), when(a.deadline), relative(a.deadline, now), a.approver, a.answer or "pending",
@@ -348,7 +348,7 @@ def timers(inbox: str = REQUIRED_INBOX, as_json: bool = JSON) -> None:
     if as_json:
         emit_json([asdict(t) for t in rows])
         return
-    table(["id", "due", "", "repeats", "misfire", "state"],
+    table(["id", "due", "in", "repeats", "misfire", "state"],
           [[t.id, when(t.due), relative(t.due, now),
             f"every {span(t.every)}" if t.every else (f"cron {t.cron} {t.tz or ''}".strip() if t.cron else "once"),
             t.misfire, "done" if t.done else "live"] for t in rows],
