@@ -8,7 +8,12 @@ the item's fields (``link``) and in place of the marker, made for that approval'
 approver (an operator's outbox holds requests of other inboxes). So the key
 (``WAKEFUL_APPROVAL_SECRET``) lives with the dispatcher (and the web edge), never in the
 worker that runs agent code. Without a key the marker becomes the command that answers it.
-Text from the model or a tool cannot carry a marker (``store.effects.defang``).
+
+Only the marker the store placed becomes a link: an approval item's own (its
+``request_id``). Any other marker is text, wherever it came from: text from a model, a tool
+or an event is defanged where it is written (``store.effects.defang``), and a writer that
+forgets (agent code of one's own quoting an event, say) still cannot turn a stranger's
+marker into a signed link to the inbox's pending approval.
 """
 
 from __future__ import annotations
@@ -32,9 +37,7 @@ def with_links(send: Any) -> Any:
     """``send`` with every approval's link minted; keeps its delivery mode."""
 
     def send_with_links(message: OutgoingMessage) -> Any:
-        if LINK_MARKER_PREFIX in message.body or any(i.kind == "approval" for i in message.items):
-            message = linked(message)
-        return send(message)
+        return send(linked(message))
 
     send_with_links.delivery = getattr(send, "delivery", "at-least-once")  # type: ignore[attr-defined]
     return send_with_links
@@ -43,17 +46,21 @@ def with_links(send: Any) -> Any:
 def linked(message: OutgoingMessage) -> OutgoingMessage:
     """The message with each approval item's ``link`` field set and its marker replaced, by
     that item's own approval (an operator's message merges requests of several inboxes)."""
-    if not message.items:  # a message made by hand, not by the store: its own inbox's links
-        return replace(message, body=_fill(message.body, lambda rid: link(message.inbox, rid)))
-    items = tuple(_linked_item(message.inbox, item) for item in message.items)
+    if not any(_asks(item) for item in message.items):
+        return message  # no approval request in it: any marker is someone's text
+    items = tuple(_linked_item(message.inbox, item) if _asks(item) else item for item in message.items)
     return replace(message, body="\n\n".join(i.body for i in items), items=items)
+
+
+def _asks(item: OutboxItem) -> bool:
+    """An approval request the store wrote (store/effects.py): its fields name the approval.
+    (A request stored before migration 0009, which gave outbox rows a kind and fields, reads
+    as a notice: its marker stays text, and its approver answers with ``wakeful answer``.)"""
+    return item.kind == "approval" and isinstance((item.fields or {}).get("request_id"), str)
 
 
 def _linked_item(inbox: str, item: OutboxItem) -> OutboxItem:
     fields = item.fields or {}
-    if item.kind != "approval" or not isinstance(fields.get("request_id"), str):
-        # A row written before approvals had fields: the message's own inbox, as then.
-        return replace(item, body=_fill(item.body, lambda rid: link(inbox, rid)))
     made = link(str(fields.get("inbox") or inbox), fields["request_id"], fields.get("approver"))
     mine = fields["request_id"]
     return replace(item, fields={**fields, "link": made},

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from store import Message, Outcome, Store
+from store.effects import defang
 
 from tasks.application import app
 from tasks.doorbell import ring, ring_dispatch
@@ -69,7 +70,9 @@ def render(found: dict[str, list[Any]], since: int, until: int) -> str | None:
         lines += _more(len(budgets))
     lines.append("See `wakeful dead`, `wakeful requeue EVENT_ID` / `--inbox I`, "
                  "`wakeful incidents --since N`.")
-    return "\n".join(lines)
+    # It quotes text from outside (an expired approval's action is the model's tool input; a
+    # dead event's error and source id can carry a sender's text): no link marker of its own.
+    return defang("\n".join(lines))
 
 
 def _budget_line(row: Any) -> str:

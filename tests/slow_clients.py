@@ -1,5 +1,6 @@
 """Slow clients on real sockets: requests whose headers never finish (slowloris), for the
-web and proxy processes' header timeout (issue 23, item 9). Shared by tests/web and
+web and proxy processes' header timeout (issue 23, item 9), and bodies dribbled after
+complete headers, for their request timeout (issue 54). Shared by tests/web and
 tests/proxy; nothing here sleeps a fixed time: it waits for the server to close."""
 
 from __future__ import annotations
@@ -63,3 +64,50 @@ def still_open(socks: list[socket.socket], deadline_s: float = 60.0) -> int:
     for sock in socks:
         sock.close()
     return waiting
+
+
+def dribbling(url: str, head: bytes, count: int) -> list[socket.socket]:
+    """``count`` connections, each with complete request headers (``head``, ending in the blank
+    line) whose body then comes one byte at a time (``dribble_until_closed``)."""
+    socks = []
+    for _ in range(count):
+        sock = connect(url)
+        sock.sendall(head)
+        socks.append(sock)
+    return socks
+
+
+def dribble_until_closed(socks: list[socket.socket], deadline_s: float = 60.0,
+                         every_s: float = 0.2) -> list[bytes | None]:
+    """Send each socket one more body byte every ``every_s`` (the client's pace, far under any
+    size limit) until the server closes it, up to a generous deadline. What each server said
+    before it closed (b"" for nothing), or None for a socket still open at the deadline."""
+    said: dict[socket.socket, bytes] = {sock: b"" for sock in socks}
+    open_ = set(socks)
+    deadline = time.monotonic() + deadline_s
+    selector = selectors.DefaultSelector()
+    for sock in socks:
+        selector.register(sock, selectors.EVENT_READ)
+    next_byte = time.monotonic()
+    while open_ and time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=max(0.0, next_byte - time.monotonic())):
+            sock = key.fileobj  # type: ignore[assignment]
+            try:
+                data = sock.recv(65536)
+            except OSError:  # reset by the server: closed
+                data = b""
+            said[sock] += data
+            if not data:
+                selector.unregister(sock)
+                open_.discard(sock)
+        if time.monotonic() >= next_byte:
+            for sock in list(open_):
+                try:
+                    sock.send(b" ")
+                except OSError:  # closed meanwhile: the read above tells it
+                    pass
+            next_byte = time.monotonic() + every_s
+    selector.close()
+    for sock in socks:
+        sock.close()
+    return [None if sock in open_ else said[sock] for sock in socks]

@@ -48,7 +48,8 @@ def main() -> int:
     logging.getLogger("wakeful.proxy").info("proxy: routes %s, listening on %s", ", ".join(sorted(routes)),
                                             settings.url)
     # The proxy logs method, path and outcome itself (serving.run turns uvicorn's access log off).
-    serving.run(app, host=host, port=port, header_timeout=settings.header_timeout, log_level="info")
+    serving.run(app, host=host, port=port, header_timeout=settings.header_timeout,
+                request_timeout=settings.request_timeout, log_level="info")
     return 0
 
 

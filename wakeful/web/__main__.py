@@ -29,9 +29,10 @@ def main() -> None:
         app,
         host=host,
         port=port,
-        # A slow client holds a connection only until its headers are late (wakeful/serving.py), and
-        # between requests for uvicorn's 5 s keep-alive.
+        # A slow client holds a connection only until its headers or its whole request are late
+        # (wakeful/serving.py), and between requests for uvicorn's 5 s keep-alive.
         header_timeout=settings.header_timeout,
+        request_timeout=settings.request_timeout,
         # Behind a TLS proxy the client address comes from X-Forwarded-For; uvicorn trusts it
         # only from FORWARDED_ALLOW_IPS (default 127.0.0.1).
         proxy_headers=True,

@@ -2,6 +2,8 @@
 
 - size: refused from ``Content-Length`` before a byte is read, and again while streaming
   (a chunked body has no length), so memory per request is bounded by the limit;
+- time: a body not whole within ``WAKEFUL_WEB_REQUEST_TIMEOUT`` is answered 408 by the server
+  (wakeful/serving.py) and reaches the route as a disconnect, refused ``incomplete_body``;
 - content type: only ``application/json`` (charset utf-8 if given) reaches a receiver;
 - JSON: strict UTF-8 (no UTF-16/32 sniffing), no NaN/Infinity, bounded integer length,
   bounded depth, no ``\\u0000``, no lone surrogate, an object at the top. Every failure is a
@@ -14,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from .refusals import Refused
 
@@ -44,11 +46,14 @@ async def read_bounded(request: Request, limit: int) -> bytes:
             raise Refused("too_large", f"body is larger than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise Refused("too_large", f"body is larger than {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise Refused("too_large", f"body is larger than {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise Refused("incomplete_body", "the body did not arrive whole in time") from None
     return b"".join(chunks)
 
 

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 # code -> the HTTP status it maps to
 REASONS: dict[str, int] = {
     "too_large": 413,
+    # the body stopped coming: the client left, or the server answered 408 for it
+    # (WAKEFUL_WEB_REQUEST_TIMEOUT, wakeful/serving.py); the answer goes nowhere, the record stays
+    "incomplete_body": 408,
     "content_type": 415,
     "not_json": 422,
     "too_deep": 422,
