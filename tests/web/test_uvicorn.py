@@ -103,6 +103,9 @@ def test_healthz_with_the_runtime_broker(server: Server) -> None:
     r = httpx.get(server.url + "/healthz", timeout=10)
     assert r.status_code == 200, (r.text, server.output())
     assert r.json() == {"store": "ok", "broker": "ok"}
+    # It said at its start which store and broker it uses (issue 57), the store's password hidden.
+    said = next(line for line in server.output().splitlines() if line.startswith("wakeful web: store "))
+    assert "(embedded: WAKEFUL_BROKER_URL is not set)" in said and "(embedded: WAKEFUL_DATABASE_URL" not in said
 
 
 def test_signed_delivery_over_tcp(server: Server, store: Store, inbox: str) -> None:

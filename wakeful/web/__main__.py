@@ -8,6 +8,7 @@ token there; wakeful/web/access_log.py logs method, path and status instead.
 from __future__ import annotations
 
 import logging
+import sys
 
 from wakeful import serving
 from wakeful.settings import RuntimeSettings, WebSettings, for_process
@@ -19,6 +20,7 @@ def main() -> None:
     settings = for_process(WebSettings, "wakeful web")
     runtime = for_process(RuntimeSettings, "wakeful web")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    print(f"wakeful web: {runtime.where()}", file=sys.stderr, flush=True)  # as the workers say it
     from store import Store
 
     from .app import create_app
