@@ -45,6 +45,8 @@ exits with its worker, and a child whose parent is gone exits too. At most ``MAX
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -63,7 +65,7 @@ from wakeful import telemetry
 from store import Outcome
 
 from wakeful.agent import Agent, Run
-from tasks import runtime
+from tasks import event_loop, runtime
 
 log = logging.getLogger("wakeful.runs")
 
@@ -86,13 +88,13 @@ def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outc
     shared with other runs, from a process of its own (see the module docstring).
     ``deadline`` (a ``time.monotonic()``) is when a run apart is killed."""
     if not runs_apart(run):
-        return agent(run)
+        return event_loop.outcome_of(agent(run))  # an async agent's coroutine runs on the process's loop
     try:
         pickled = pickle.dumps(agent)
     except Exception as exc:  # noqa: BLE001 - e.g. a closure: it can only run here
         log.warning("inbox %r: the agent cannot be sent to a process of its own (%s); "
                     "running the retried batch in the worker's process", run.inbox, exc)
-        return agent(run)
+        return event_loop.outcome_of(agent(run))
     if deadline is None:
         from tasks.application import runtime_settings
 
@@ -266,6 +268,8 @@ def _run_child(conn: Any, pickled: bytes, inbox: str, events: list[Any], generat
                   _check_budget=lambda budget: ask("check_budget", (budget,)),
                   _count_spend=lambda budget, usage: ask("count_spend", (budget, usage)))
         outcome = agent(run)
+        if inspect.isawaitable(outcome):  # an async agent: this process is its own, so is the loop
+            outcome = asyncio.run(event_loop.as_coroutine(outcome))
         reply = _Request("outcome", outcome)
         try:
             pickle.dumps(outcome)

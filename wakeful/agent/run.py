@@ -5,7 +5,7 @@ in wakeful/agent/__init__.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,4 +85,6 @@ class Run:
         return list(self._timers())
 
 
-Agent = Callable[[Run], Outcome | None]
+Agent = Callable[[Run], Outcome | None | Awaitable[Outcome | None]]
+"""``agent(run)``, or ``async def agent(run)``: the runtime awaits a coroutine on the worker
+process's one event loop (tasks/event_loop.py)."""
