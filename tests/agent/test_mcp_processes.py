@@ -37,6 +37,7 @@ from test_agent_through_proxy import _redis_dump
 HERE = Path(__file__).parent
 WAKEFUL = str(Path(sys.executable).parent / "wakeful")
 SERVERS = str(HERE / "mcp_servers.py")
+ORDER = '{ type = "object", properties = { order = { type = "integer" } }, required = ["order"] }'
 
 
 def _config(path: Path, model_url: str, mcp_port: int, state: Path, stdio_state: Path) -> Path:
@@ -58,26 +59,34 @@ upstream = "http://127.0.0.1:{mcp_port}"
 secret_env = "CANARY_MCP_TOKEN"
 allow = ["POST /mcp", "GET /mcp", "DELETE /mcp"]
 
+# Each offered tool's text is pinned (the operator's, not the server's): the server's own
+# would taint every conversation, and the allowed writes below would be asked (docs/mcp.md).
 [mcp.shop]
 route = "shop_mcp"
 path = "/mcp"
-policy = "ask"
+policy = "deny"
 effect = "write"
 list_ttl = 1
 
 [mcp.shop.tools.lookup_order]
 policy = "allow"
 effect = "read"
+description = "Look an order up by number"
+input_schema = {ORDER}
 
 [mcp.shop.tools.refund]
 policy = "ask"
 effect = "write"
 approval_ttl = 600
+description = "Refund an order"
+input_schema = {ORDER}
 
 [mcp.shop.tools.flaky_refund]
 policy = "allow"
 effect = "write"
 trusted_output = true
+description = "Refund an order"
+input_schema = {ORDER}
 
 [mcp.files]
 command = "{sys.executable}"
@@ -89,6 +98,8 @@ policy = "deny"
 policy = "allow"
 effect = "write"
 trusted_output = true
+description = "Refund an order"
+input_schema = {ORDER}
 """)
     return path
 

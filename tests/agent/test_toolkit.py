@@ -147,3 +147,24 @@ def test_the_docs_show_the_example_loop_as_it_is() -> None:
     source = (root / "wakeful" / "examples" / "custom_loop.py").read_text().splitlines()
     missing = [line for line in block.splitlines() if line.strip() and line not in source]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_an_asked_write_goes_to_the_named_approver_and_the_answer_is_an_unwrapped_reply(
+        loop: str, store: Store, configured: Any, tool_log: Path) -> None:
+    """Issue 55: the kit loops sent the link to the customer. ``[agent] approver`` (and a
+    tool's own) routes the request, as for the claude loop (wakeful/agent/core.py); the loop's
+    answer to the person is a reply, with no <untrusted> wrapper of the model's echoing."""
+    tools = {"refund_asked": {"call": "agent_tools:refund", "policy": "ask", "effect": "write"},
+             "refund_billing": {"call": "agent_tools:refund", "policy": "ask", "effect": "write",
+                                "approver": "inbox:billing"},
+             "lookup": {"call": "agent_tools:lookup", "policy": "allow", "effect": "read"}}
+    lp = Loop(store, configured(tools, approver="inbox:ops"), LOOPS[loop])
+    lp.say('call refund_asked {"order": 1}\ncall refund_billing {"order": 2}', inbox="cust")
+    lp.wake("cust")
+    assert sorted(a.approver for a in store.approvals.view("cust")) == ["inbox:billing", "inbox:ops"]
+    assert not any("[[wakeful-approval-link" in b for b in lp.said("cust"))  # no link to the customer
+    lp.say('call lookup {"order": 3}', inbox="reader")
+    lp.wake("reader")
+    [row] = store.outbox("reader")
+    assert row.kind == "reply" and "lookup: " in row.body and "<untrusted" not in row.body, row.body

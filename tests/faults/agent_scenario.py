@@ -26,7 +26,8 @@ from fault_tools import CONFIG  # type: ignore[import-not-found]
 TEXTS = ('call refund {{"order": {n}}}', 'call notify {{"order": {n}}}',
          'call flaky {{"order": {n}}}', 'call flaky_once {{"order": {n}}}',
          'call refund {{"order": {n}}}\ncall notify {{"order": {n}}}', 'call mcp_refund {{"order": {n}}}')
-# An MCP server's write, as a tool source like the others (wakeful/agent/mcp.py); only its configured tool.
+# An MCP server's write, as a tool source like the others (wakeful/agent/mcp.py); only its
+# configured tool, its text pinned (the server's own would taint every conversation: docs/mcp.md).
 MCP_CONFIG = """
 [mcp.faults]
 command = "{python}"
@@ -38,6 +39,8 @@ policy = "deny"
 policy = "allow"
 effect = "write"
 trusted_output = true
+description = "Refund an order (a write through MCP)"
+input_schema = {{ type = "object", properties = {{ order = {{ type = "integer" }} }}, required = ["order"] }}
 """
 
 

@@ -15,7 +15,9 @@ One wake (docs/design.md section 9), inside one run:
    an effect (writes; with a human's approval first for ``ask``). Effects are only proposed
    here: the finish commits them, a Celery task runs them after the commit.
 4. The reply's text is the run's message (unless the model chose ``stay_silent``; urgent with
-   ``mark_urgent``). Everything goes into the Outcome, applied by the fenced finish.
+   ``mark_urgent``; the policy refuses both when a stranger's text could be behind them, and
+   the model, told, is called again). Everything goes into the Outcome, applied by the
+   fenced finish.
 
 Stop reasons: ``max_tokens`` keeps the text (marked as cut) and drops any tool use in that
 reply, whose input may be cut too; ``refusal`` sends nothing and keeps no assistant turn
@@ -34,16 +36,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wakeful import telemetry
-from store import Effect, Event, Message, Outcome, Timer
-from store.effects import AGENT_TOTALS_KEY as TOTALS_KEY, defang, idempotency_key
+from store import Effect, Event, Outcome, Timer
+from store.effects import AGENT_TOTALS_KEY as TOTALS_KEY, idempotency_key
 from store.spend import Usage
 
 from wakeful.agent import config as config_module
-from wakeful.agent import policy, tools, wakes
+from wakeful.agent import core, policy, tools, wakes
 from wakeful.agent.config import RUN_GRANT_TTL, AgentConfig
-from wakeful.agent.conversation import MEMORY_KEY, Conversation, tool_result
+from wakeful.agent.conversation import MEMORY_KEY, Conversation, storable, tool_result
 from wakeful.agent.outage import TryLater, is_transient, retry_after
 from wakeful.agent.run import BudgetReached, Run
+from wakeful.agent.sources import offered_taint
 from wakeful.agent.tool import ToolCall
 
 log = logging.getLogger("wakeful.agent.claude")
@@ -150,6 +153,7 @@ class ClaudeRun:
     stop: str = ""
     resumes_at: int | None = None  # set when the daily budget stopped a model call
     wake_book: wakes.RunWakes = field(init=False)
+    count: policy.RunCount = field(default_factory=policy.RunCount)  # this run's tool uses and approvals
 
     def __post_init__(self) -> None:
         self.convo = Conversation.load(self.run.memory)
@@ -165,10 +169,9 @@ class ClaudeRun:
             self.convo.add_user(self.convo.take_pending_input() + fresh)
             if self.convo.messages and self.convo.messages[-1]["role"] == "user":
                 text = self._talk()
-        messages: list[str | Message] = []
-        if text and not self.silent:
-            # A reply: sent inside the outbox gap while one is owed to the person (store/outbox.py).
-            messages.append(Message(defang(text), urgent=self.urgent, kind="reply"))
+        messages = core.said([text] if text else [], silent=self.silent, urgent=self.urgent)
+        if messages:
+            self.convo.owner_waiting = False  # answered
         # Budget reached: the input stays in the conversation, answered when the next day's
         # budget wakes the inbox (docs/agent.md, "Budgets").
         resume = [Timer(BUDGET_TIMER, {"budget": "resumes"}, due=self.resumes_at)] if self.resumes_at else []
@@ -200,18 +203,20 @@ class ClaudeRun:
 
     def _answer(self, tool_use_id: str, answer: str) -> None:
         self.answered.append(tool_use_id)  # the finish settles the effect by the stored answer
-        if answer == "yes":
+        settled = core.answered(answer)
+        if settled is None:
             self.convo.waiting[tool_use_id] = "effect"  # runs after this finish; result comes back
             self.decisions[tool_use_id] = "approved"
         else:
-            why = "refused by a human" if answer == "no" else "not approved in time (expired)"
-            self.convo.result(tool_use_id, f"the tool call was {why}; nothing ran", True)
-            self.decisions[tool_use_id] = "refused" if answer == "no" else "expired"
+            self.convo.result(tool_use_id, settled[1], True)
+            self.decisions[tool_use_id] = settled[0]
 
     def _block(self, event: Event) -> dict[str, Any]:
         text, taint = policy.event_text(self.cfg, event, max(1000, self.cfg.conversation_budget // 4))
         if taint:
             self.convo.taint(taint)
+        if policy.from_owner(self.cfg, event):
+            self.convo.owner_waiting = True  # until a reply is sent, held or not
         return {"type": "text", "text": text}
 
     def _tool_output(self, use_id: str, name: str, content: str) -> str:
@@ -243,14 +248,19 @@ class ClaudeRun:
             if reply.stop_reason == "max_tokens":
                 blocks = [b for b in blocks if b.get("type") != "tool_use"]
             self.convo.add_assistant(blocks)
-            text = "\n".join(b["text"] for b in blocks if b.get("type") == "text").strip()
+            # Its text as the store can hold it; its tool uses as the model gave them, so the
+            # policy refuses an input the store cannot hold instead of running a changed one.
+            text = "\n".join(storable(b["text"]) for b in blocks if b.get("type") == "text").strip()
             uses = [b for b in blocks if b.get("type") == "tool_use"]
             if not uses:
                 return f"{text}\n[cut: the reply reached max_tokens]" if reply.stop_reason == "max_tokens" else text
             tainted = tuple(self.convo.tainted)  # what the model had in view when it asked
             results = [self._decide(use, text, tainted) for use in uses]
             known = [r for r in results if r is not None]
-            if self.convo.waiting or all(u["name"] in config_module.RUNTIME_TOOLS for u in uses):
+            # Runtime tools the policy let stand need no answer before the reply goes; one it
+            # refused is told at once, like any tool's error, and the model writes its reply.
+            honoured = all(self.decisions[u["id"]] == f"{u['name']}:runtime" for u in uses)
+            if self.convo.waiting or honoured:
                 self.convo.results.extend(known)  # sent with the next user turn
                 return text if not self.convo.waiting else None
             self.convo.add_user(known)
@@ -263,6 +273,9 @@ class ClaudeRun:
         system = f"{self.cfg.system}\n\n{UNTRUSTED_NOTE}".strip()
         self.run.check_budget(self.cfg.budget)  # raises BudgetReached: this call is not made
         self.calls += 1
+        offered = policy.offered(self.cfg)
+        for taint in offered_taint(self.cfg, offered):  # a server's tool text in view (docs/mcp.md)
+            self.convo.taint(taint)
         # A span after the GenAI semantic conventions; never the prompt or the reply's text.
         with telemetry.span(f"chat {self.cfg.model}", kind=telemetry.CLIENT, attributes={
                 "gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic",
@@ -270,7 +283,7 @@ class ClaudeRun:
                 "gen_ai.request.max_tokens": self.cfg.max_tokens}):
             traced = {"extra_headers": telemetry.headers()} if telemetry.on() else {}
             reply = model_reply(self.client, model=self.cfg.model, max_tokens=self.cfg.max_tokens,
-                                system=system, tools=policy.offered(self.cfg), messages=self.convo.messages,
+                                system=system, tools=offered, messages=self.convo.messages,
                                 **traced)
             telemetry.annotate(**{
                 "gen_ai.response.model": str(getattr(reply, "model", "") or "") or None,
@@ -286,7 +299,7 @@ class ClaudeRun:
     def _decide(self, use: dict[str, Any], words: str, tainted: tuple[str, ...]) -> dict[str, Any] | None:
         """A tool use's result now, or None when it waits (an effect or an approval)."""
         use_id, name, tool_input = use["id"], use["name"], use.get("input")
-        d = policy.decide(self.cfg, name, tool_input, tainted)
+        d = policy.decide(self.cfg, name, tool_input, tainted, self.convo.owner_waiting, self.count)
         self.decisions[use_id] = f"{name}:{d.kind}"
         if d.kind == "runtime":
             self.silent = self.silent or name == "stay_silent"
@@ -306,10 +319,7 @@ class ClaudeRun:
                 telemetry.annotate(**{"error.type": "tool_error" if result["is_error"] else None})
             return tool_result(use_id, self._tool_output(use_id, name, result["content"]), result["is_error"])
         ask = d.kind == "ask"
-        self.effects.append(Effect(use_id, name, tool_input, delivery=d.tool.delivery,  # type: ignore[arg-type]
-                                   approval_ttl=d.tool.approval_ttl if ask else None,
-                                   words=words.strip(), why=d.reason,
-                                   approver=d.tool.approver or self.cfg.approver))
+        self.effects.append(core.proposed(self.cfg, d, use_id, name, tool_input, words))
         self.convo.waiting[use_id] = "ask" if ask else "effect"
         return None
 

@@ -5,7 +5,8 @@
 the model may call and what the runtime does with it (``policy``, ``effect``, ``delivery``,
 ``trusted_output`` ...). Tools come from sources (wakeful/agent/sources.py), one table kind per
 source kind: ``[tools.NAME]`` (a Python callable or an HTTP route, wakeful/agent/tools.py),
-``[mcp.NAME]``, ``[wakes]``. Trust is granted here, never assumed (docs/design.md section 11): an event
+``[mcp.NAME]``, ``[wakes]``. ``[limits]`` bounds what one run may ask for, whatever the loop.
+Trust is granted here, never assumed (docs/design.md section 11): an event
 of a source not named in ``trusted_sources``, and the answer of a tool not declared
 ``trusted_output``, are data that make writes wait for a human's yes. ``[routes.*]`` tables
 belong to the egress proxy and are not read here.
@@ -62,6 +63,23 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class RunLimits:
+    """``[limits]``: what one run may ask for, in every loop (wakeful/agent/policy.py counts).
+    One input is all a stranger needs: a comment holding 40 ``call`` lines once raised 40
+    approvals, and sent 40 signed links, from one event."""
+
+    # Tool uses one run may make: eight model calls (max_model_calls) of four tools each; a
+    # run that needs more is rare, a flood from one input is not.
+    tool_uses_per_run: int = 32
+    # Approvals one run may request: each is a signed link sent to a human, and a human
+    # asked more than five things at once stops reading them.
+    approvals_per_run: int = 5
+
+
+_LIMITS_KEYS = {"tool_uses_per_run", "approvals_per_run"}
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     path: str
     model: str
@@ -89,6 +107,8 @@ class AgentConfig:
     routes: tuple[str, ...] = ()
     # [budget]: daily ceilings and prices (wakeful/agent/budgets.py, store/spend.py).
     budget: Budget = field(default_factory=budgets.default)
+    # [limits]: what one run may ask for (tool uses, approvals).
+    limits: RunLimits = field(default_factory=RunLimits)
 
     @property
     def tools(self) -> dict[str, Tool]:
@@ -162,7 +182,7 @@ def for_worker(agent_spec: str) -> AgentConfig | None:
 
 
 def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
-    kinds = [k for k in raw if k not in ("agent", "routes", "budget")]
+    kinds = [k for k in raw if k not in ("agent", "routes", "budget", "limits")]
     unknown = [k for k in kinds if parser_for(k) is None]
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(sorted(unknown))}")
@@ -174,7 +194,18 @@ def parse(raw: dict[str, Any], path: str = "<config>") -> AgentConfig:
         values["budget"] = budgets.parse(path, raw.get("budget"), values["model"])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    values["limits"] = _limits(path, raw.get("limits"))
     return AgentConfig(**values)
+
+
+def _limits(path: str, table: Any) -> RunLimits:
+    """The ``[limits]`` table; left out, the defaults."""
+    if table is None:
+        return RunLimits()
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [limits] must be a table (tool_uses_per_run, approvals_per_run)")
+    no_unknown_keys(path, "[limits]", table, _LIMITS_KEYS)
+    return RunLimits(**{k: positive_int(path, "[limits]", k, v) for k, v in table.items()})
 
 
 def _agent_values(path: str, agent: Any) -> dict[str, Any]:

@@ -10,7 +10,10 @@ from the last committed one. Stored under the memory key ``"claude"``:
 - ``held``: user content that arrived while results were missing (the API takes no new
   user text before every tool_use of the last reply has its result);
 - ``tainted``: what untrusted text has entered the model's context (an event of a source
-  the config does not trust, a tool's answer): while it is not empty, writes need a yes.
+  the config does not trust, a tool's answer): while it is not empty, writes need a yes;
+- ``owner_waiting``: the owner's words (a trusted source's event) entered since the last
+  reply was sent, so an answer is owed: with the conversation tainted, ``stay_silent`` is
+  refused while it is set (wakeful/agent/policy.py), also when the words were held.
 
 Taint is recorded where the text enters, never read back from the text (a stranger can
 write the wrapper's words too), and it stays for the conversation's life: trimming drops
@@ -41,6 +44,8 @@ STORED_BEFORE_TAINT = "text stored before wakeful recorded where text came from"
 # anything else may follow.
 _GAP = r"[\s\u200b-\u200f\u2060\ufeff]*"
 _TAG = re.compile(rf"[<\uff1c\ufe64]{_GAP}/?{_GAP}untrusted", re.IGNORECASE)
+# A NUL, and a surrogate (a code point of a Python string in that range stands alone).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _NOTE_ROOM = 120  # characters kept free for the "earlier messages were dropped" note
 
 
@@ -52,6 +57,7 @@ class Conversation:
     held: list[dict[str, Any]] = field(default_factory=list)
     dropped: int = 0
     tainted: list[str] = field(default_factory=list)
+    owner_waiting: bool = False
 
     @classmethod
     def load(cls, memory: dict[str, Any]) -> Conversation:
@@ -59,13 +65,15 @@ class Conversation:
         tainted = state.get("tainted", [STORED_BEFORE_TAINT] if state.get("messages") else [])
         return cls(messages=list(state.get("messages", [])), waiting=dict(state.get("waiting", {})),
                    results=list(state.get("results", [])), held=list(state.get("held", [])),
-                   dropped=int(state.get("dropped", 0)), tainted=list(tainted))
+                   dropped=int(state.get("dropped", 0)), tainted=list(tainted),
+                   owner_waiting=bool(state.get("owner_waiting", False)))
 
     def state(self, budget: int) -> dict[str, Any]:
         self.trim(budget)
         self.trim_held(budget // 2)
         return {"messages": self.messages, "waiting": self.waiting, "results": self.results,
-                "held": self.held, "dropped": self.dropped, "tainted": self.tainted}
+                "held": self.held, "dropped": self.dropped, "tainted": self.tainted,
+                "owner_waiting": self.owner_waiting}
 
     def taint(self, what: str) -> None:
         """Untrusted text (``what`` says whose) enters the model's context."""
@@ -106,8 +114,9 @@ class Conversation:
             self.messages.append({"role": "user", "content": list(blocks)})
 
     def add_assistant(self, blocks: list[dict[str, Any]]) -> None:
+        """The model's reply, as the store can hold it (``storable``)."""
         if blocks:
-            self.messages.append({"role": "assistant", "content": blocks})
+            self.messages.append({"role": "assistant", "content": storable(blocks)})
 
     def trim(self, budget: int) -> None:
         if _size(self.messages) <= budget:
@@ -139,6 +148,22 @@ class Conversation:
                                                          "while a tool result was pending were dropped]"})
 
 
+def storable(value: Any) -> Any:
+    """``value`` (JSON: a model's reply, a tool's answer) with what the store cannot hold
+    replaced by U+FFFD in every string and key: a NUL and a lone surrogate, which PostgreSQL's
+    text and jsonb refuse (store/validate.py). Kept raw, one of them in the stored
+    conversation would fail every finish of the run, until its events are dead; a tool input
+    holding one is refused before it runs (wakeful/agent/policy.py), so this copy only
+    keeps the record."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    return value
+
+
 def cut(text: str, limit: int) -> str:
     """One event's text within ``limit`` characters (the rest is dropped, and said so)."""
     return text if len(text) <= limit else text[:limit] + f"\n[cut: {len(text) - limit} more characters]"
@@ -150,6 +175,16 @@ def as_data(text: str, **labels: str) -> str:
     text cannot close its wrapper or open another."""
     attributes = " ".join(f'{name}="{_attribute(value)}"' for name, value in labels.items())
     return f"<untrusted {attributes}>\n{_neutral(text)}\n</untrusted>"
+
+
+def unwrapped(text: str) -> str:
+    """A model's text as a person reads it: the ``<untrusted …>`` wrapper a model may echo
+    from its input taken away (what it wrapped stays, as the text it is)."""
+    return _WRAPPER.sub("", text)
+
+
+# The wrapper as_data writes, opening and closing: a tag inside the text was neutralised there.
+_WRAPPER = re.compile(r'<untrusted(?: [^<>\n]*)?>\n?|\n?</untrusted>')
 
 
 def _neutral(text: str) -> str:

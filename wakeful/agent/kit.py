@@ -7,10 +7,12 @@ code (wakeful/agent/policy.py, wakeful/agent/tools.py, wakeful/agent/effects.py)
 - the tools are the ``[tools.*]`` (and every other source's) tables of the same
   ``WAKEFUL_AGENT_CONFIG`` TOML; ``offered()`` lists them for your model;
 - ``use(name, input)`` decides the call against the policy before anything runs: refused
-  (unknown, denied, an input its schema refuses), run inline (an allowed read: the answer
-  now), or proposed as an effect (a write: committed by this run's fenced finish and run
-  once after it by the executor; ``ask``, or any write while untrusted text is in view,
-  waits for a human's yes first);
+  (unknown, denied, an input the store cannot hold or its schema refuses, past ``[limits]``),
+  run inline (an allowed read: the answer now), or proposed as an effect (a write: committed
+  by this run's fenced finish and run once after it by the executor; ``ask``, or any write
+  while untrusted text is in view, waits for a human's yes first); the claude loop's
+  ``stay_silent`` and ``mark_urgent`` by the same rule (refused when a stranger's text could
+  be behind them), applied to the messages by ``outcome``;
 - taint: an event of a source ``trusted_sources`` does not name, and a tool's answer not
   declared ``trusted_output``, are data (``text(event)`` and the answers come wrapped as
   such) and make every later write wait for a yes. The kit records it where the text enters
@@ -32,21 +34,23 @@ Pydantic AI (wakeful/examples/).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from store import Effect, Event, Message, Outcome
-from store.effects import defang, idempotency_key
+from store.effects import idempotency_key
 
-from wakeful.agent import policy, tools, wakes
+from wakeful.agent import core, policy, tools, wakes
 from wakeful.agent.config import RUN_GRANT_TTL, AgentConfig, current
 from wakeful.agent.conversation import Conversation
 from wakeful.agent.effects import refuse_unrunnable
 from wakeful.agent.run import Run
+from wakeful.agent.sources import offered_taint
 from wakeful.agent.tool import Tool, ToolCall
 
 __all__ = ["ToolResult", "ToolUse", "Toolkit"]
@@ -62,8 +66,9 @@ class ToolUse:
     tool_use_id: str
     tool: str
     # "refused" (nothing ran; ``content`` says why), "done" / "error" (an allowed read ran
-    # inline; ``content`` is its answer as the model should read it), "proposed" (a write,
-    # run after this run's finish), "asked" (a write waiting for a human's yes)
+    # inline; ``content`` is its answer as the model should read it; "done" for a runtime
+    # tool the policy let stand), "proposed" (a write, run after this run's finish), "asked"
+    # (a write waiting for a human's yes)
     status: str
     content: str = ""
     is_error: bool = False
@@ -106,6 +111,9 @@ class Toolkit:
         self._effects: list[Effect] = []
         self._answered: list[str] = []
         self._used: set[str] = set()
+        self._count = policy.RunCount()  # this run's tool uses and approvals, against [limits]
+        self._silent = self._urgent = False  # stay_silent / mark_urgent, as the policy let them stand
+        self._owner_waiting = False  # the owner's words are in this run's batch: an answer is owed
         self.results: list[ToolResult] = []
         self.events: list[Event] = []  # the batch but for results and answers, oldest first
         self._wakes = wakes.RunWakes.of(cfg, run)  # schedule_wake / cancel_wake: Outcome timers
@@ -128,6 +136,7 @@ class Toolkit:
             else:
                 self.events.append(event)
                 self.text(event)  # taints now: the loop may show it to a model any way it likes
+                self._owner_waiting = self._owner_waiting or policy.from_owner(self.config, event)
 
     def _result(self, tool_use_id: str, name: str, content: str, is_error: bool) -> None:
         del self._pending[tool_use_id]
@@ -136,13 +145,13 @@ class Toolkit:
 
     def _answer(self, tool_use_id: str, name: str, answer: str) -> None:
         self._answered.append(tool_use_id)  # the finish settles the effect by the stored answer
-        if answer == "yes":
+        settled = core.answered(answer)
+        if settled is None:
             self._pending[tool_use_id]["status"] = "proposed"
             self.results.append(ToolResult(tool_use_id, name, "approved", "approved: it runs now", False))
             return
         del self._pending[tool_use_id]
-        status, why = ("refused", "refused by a human") if answer == "no" else ("expired", "not approved in time")
-        self.results.append(ToolResult(tool_use_id, name, status, f"the tool call was {why}; nothing ran", True))
+        self.results.append(ToolResult(tool_use_id, name, *settled, True))
 
     def text(self, event: Event) -> str:
         """An event as a model should read it: an untrusted source's text delimited and
@@ -168,12 +177,17 @@ class Toolkit:
 
     # -- tool calls -----------------------------------------------------------------------
 
-    def offered(self) -> list[dict[str, Any]]:
+    def offered(self, runtime: bool = False) -> list[dict[str, Any]]:
         """The tools to tell the model about (``name``, ``description``, ``input_schema``):
-        every configured one but the denied. A source that lists through the egress proxy (an
-        MCP server over HTTP) lists under a grant bound to this run's lease."""
+        every configured one but the denied, and with ``runtime`` the claude loop's
+        ``stay_silent`` and ``mark_urgent`` (``outcome`` applies them). A source that lists
+        through the egress proxy (an MCP server over HTTP) lists under a grant bound to this
+        run's lease."""
         with self._egress(self.config.listing_routes()):
-            return policy.offered(self.config, runtime=False)
+            offered = policy.offered(self.config, runtime=runtime)
+        for taint in offered_taint(self.config, offered):  # a server's tool text in view (docs/mcp.md)
+            self._taint.taint(taint)
+        return offered
 
     def use(self, name: str, input: Any, tool_use_id: str | None = None, words: str = "") -> ToolUse:
         """Decide one tool call and do what the decision says. ``tool_use_id`` is the model's
@@ -183,9 +197,11 @@ class Toolkit:
         if use_id in self._used or use_id in self._pending:
             raise ValueError(f"tool use id {use_id!r} is used already")
         self._used.add(use_id)
-        d = policy.decide(self.config, name, input, self.tainted)
-        if d.kind == "runtime":  # the claude loop's own (stay_silent, mark_urgent): not a tool here
-            return ToolUse(use_id, name, "refused", f"the tool {name!r} is not available; nothing ran", True)
+        d = policy.decide(self.config, name, input, self.tainted, self._owner_waiting, self._count)
+        if d.kind == "runtime":  # stay_silent, mark_urgent: outcome() applies them to the messages
+            self._silent = self._silent or name == "stay_silent"
+            self._urgent = self._urgent or name == "mark_urgent"
+            return ToolUse(use_id, name, "done", "ok")
         if d.kind == "refuse":
             return ToolUse(use_id, name, "refused", d.reason, True)
         assert d.tool is not None
@@ -196,11 +212,14 @@ class Toolkit:
         if d.kind == "inline":
             return self._inline(d.tool, input, use_id)
         ask = d.kind == "ask"
-        self._effects.append(Effect(use_id, name, input, delivery=d.tool.delivery,  # type: ignore[arg-type]
-                                    approval_ttl=d.tool.approval_ttl if ask else None,
-                                    words=words.strip(), why=d.reason))
+        self._effects.append(core.proposed(self.config, d, use_id, name, input, words))
         self._pending[use_id] = {"tool": name, "status": "asked" if ask else "proposed"}
         return ToolUse(use_id, name, "asked" if ask else "proposed", why=d.reason)
+
+    async def ause(self, name: str, input: Any, tool_use_id: str | None = None, words: str = "") -> ToolUse:
+        """``use`` for an async loop: an allowed read runs (it may wait on an upstream) in a
+        worker thread, so the event loop that carries other runs is not held meanwhile."""
+        return await asyncio.to_thread(self.use, name, input, tool_use_id, words)
 
     def _inline(self, tool: Tool, input: dict[str, Any], use_id: str) -> ToolUse:
         call = ToolCall(use_id, tool.name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
@@ -227,17 +246,20 @@ class Toolkit:
     # -- the finish -----------------------------------------------------------------------
 
     def outcome(self, messages: list[str | Message] | None = None, **fields: Any) -> Outcome:
-        """The run's Outcome: ``messages`` (defanged: a model's text carries no approval link
-        of its own) and any other Outcome field, with the kit's effects, answers and state
-        added. Raises ``InvalidOutcome`` for an effect no configured tool can run."""
+        """The run's Outcome: ``messages`` as they go to a person (``core.said``: a text is a
+        reply, sent at once while the person's message waits for one; none after a
+        ``stay_silent`` that stood, each urgent after such a ``mark_urgent``; no approval link
+        marker or ``<untrusted>`` wrapper of the model's own) and any other Outcome field, with
+        the kit's effects, answers and state added. Raises ``InvalidOutcome`` for an effect no
+        configured tool can run."""
         effects = list(fields.pop("effects", [])) + self._effects
         answered = list(fields.pop("answered", [])) + self._answered
         memory = {**fields.pop("memory", {}), self.memory_key: self.state()}
         fields["timers"] = list(fields.get("timers", [])) + self._wakes.timers
         fields["cancel_timers"] = list(fields.get("cancel_timers", [])) + self._wakes.cancelled
         refuse_unrunnable(effects, self.config)
-        said = [defang(m) if isinstance(m, str) else replace(m, body=defang(m.body)) for m in messages or []]
-        return Outcome(messages=said, effects=effects, answered=answered, memory=memory, **fields)
+        said = core.said(messages or [], silent=self._silent, urgent=self._urgent)
+        return Outcome(messages=list(said), effects=effects, answered=answered, memory=memory, **fields)
 
     def state(self) -> dict[str, Any]:
         """What the kit keeps in the inbox's memory (under ``memory_key``), written only by

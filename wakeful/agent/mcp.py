@@ -32,16 +32,24 @@ What guards what:
   never makes a write a read.
 - **Names and descriptions are untrusted text**: a name must already fit the Messages API's
   pattern (``prefix`` + name, 1-64 of ``[a-zA-Z0-9_-]``; other tools are skipped, never
-  renamed); a description is cut to ``DESCRIPTION_MAX`` characters with control, format and
-  bidi characters removed; an input schema must be a valid JSON Schema of an object under
-  ``SCHEMA_MAX`` characters. A tool's own table may pin ``description`` and ``input_schema``.
+  renamed) and never be one of the runtime's own (``RESERVED_NAMES``); a description is cut to
+  ``DESCRIPTION_MAX`` characters with control, format and bidi characters removed; an input
+  schema must be a valid JSON Schema of an object under ``SCHEMA_MAX`` characters. A tool's
+  own table may pin ``description`` and ``input_schema`` (``PINNABLE``): the operator's text.
+- **A stranger's text in view taints**: a tool offered with the server's text (a table that
+  does not pin both) taints the conversation (``definition_taint``, read by the loops through
+  wakeful/agent/sources.py), so every write waits for a human's yes.
+- **The definition first listed holds**: a tool whose description or input schema (what its
+  table does not pin) changes after this process first listed it is withheld until an
+  operator accepts it (a restart pins what the server lists then), logged once.
 - **A write's idempotency key** goes in the ``tools/call`` request's ``_meta`` under
   ``META_KEY`` (the same on every try of one tool use); results are text from outside, data
   to the model like any tool's answer.
 - **No key in the worker**: an HTTP server is reached only through ``wakeful proxy`` with the
   current grant (the run's, bound to its lease, or the effect attempt's); its token is the
   route's secret. A stdio server gets only the environment its table names (and the SDK's
-  safe base: HOME, LOGNAME, PATH, SHELL, TERM, USER).
+  safe base: HOME, LOGNAME, PATH, SHELL, TERM, USER), and on Linux cannot read the worker's
+  own (``/proc/<pid>/environ``): the process that starts one is made non-dumpable first.
 
 The MCP SDK is asyncio; the worker is not. Every MCP exchange of a process runs on one event
 loop in a daemon thread of that process (``_Loop``), started on first use and made anew in a
@@ -52,9 +60,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
+import hashlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import unicodedata
@@ -65,6 +76,7 @@ from typing import Any
 import jsonschema
 
 from wakeful.settings import SettingsError, read_toml
+from wakeful.agent import wakes
 from wakeful.agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, checked_table, positive_int,
                           tool_settings)
 from wakeful.agent.outage import NOT_ACTED_ON, is_transient, retry_after
@@ -82,8 +94,15 @@ TOOLS_MAX = 200  # tools taken from one server's listing; the rest are skipped
 LIST_TTL = 300  # seconds between listings of a server's tools
 LIST_RETRY = 10  # seconds before a failed listing is tried again
 CALL_TIMEOUT = 60.0  # seconds for one exchange with a server (a listing, a call)
+# What of a tool's definition a table may pin in place of the server's text (what the model
+# reads about the tool besides its name): pinned, it is the operator's, and taints nothing.
+PINNABLE = frozenset({"description", "input_schema"})
+# The runtime's own tool names: never a server's, with or without a [wakes] table, so no
+# listing (the first or a later one) takes one from the runtime.
+RESERVED_NAMES = frozenset(RUNTIME_TOOLS) | frozenset(wakes.TOOL_NAMES)
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _SERVER_KEYS = {"route", "path", "command", "args", "env", "pass_env", "cwd", "stderr", "prefix", "list_ttl",
-                "timeout", "tools"} | (TOOL_SETTINGS - {"description", "input_schema"})
+                "timeout", "tools"} | (TOOL_SETTINGS - PINNABLE)
 _TABLE_KEYS = TOOL_SETTINGS
 
 
@@ -113,8 +132,8 @@ class Server:
     prefix: str = ""
     list_ttl: int = LIST_TTL
     timeout: float = CALL_TIMEOUT
-    # Names the model already knows from elsewhere (the runtime's tools, the file's
-    # [tools.NAME] tables): a listed tool by one of these names is skipped, never a second.
+    # Names the model already knows from elsewhere (RESERVED_NAMES, the file's [tools.NAME]
+    # tables): a listed tool by one of these names is skipped, never a second.
     taken: frozenset[str] = frozenset()
 
 
@@ -151,7 +170,7 @@ def _server(path: str, name: str, spec: Any) -> Server:
                               "the model accepts (1-64 letters, digits, _ or -)")
     values: dict[str, Any] = {"name": name, "table": where, "defaults": defaults, "overrides": overrides,
                               "pinned": pinned, "prefix": prefix,
-                              "taken": frozenset(RUNTIME_TOOLS) | (_declared(path, "tools") or frozenset())}
+                              "taken": RESERVED_NAMES | (_declared(path, "tools") or frozenset())}
     if "list_ttl" in spec:
         values["list_ttl"] = positive_int(path, where, "list_ttl", spec["list_ttl"])
     if "timeout" in spec:
@@ -238,7 +257,11 @@ class MCPSource:
         self._listed: dict[str, Tool] | None = None  # model's name -> Tool, once listed
         self._upstream_names: dict[str, str] = {}  # model's name -> the server's name
         self._first: frozenset[str] | None = None  # the server's names at the first listing
+        # The server's name -> the hashes of its definition (what PINNABLE fields the table
+        # leaves to the server) when this process first took it: a rug pull keeps the name.
+        self._definitions: dict[str, dict[str, str]] = {}
         self._said: set[str] = set()  # later tools already logged
+        self._warned: set[str] = set()  # what a listing warned of already (listings repeat)
         self._listed_at = 0.0
         self._failed_at = 0.0
         self._connection = (HttpConnection(server) if server.route else StdioConnection(server))
@@ -271,6 +294,15 @@ class MCPSource:
         name = self._upstream_names.get(tool.name) or tool.name.removeprefix(self.server.prefix)
         return f"[mcp.{self.server.name}.tools.{name}]" if name in self.server.overrides else self.server.table
 
+    def definition_taint(self, tool: Tool) -> str | None:
+        """What offering ``tool`` puts in the model's view that no one trusted said: the
+        server's text (its name, description, input schema), unless the tool's table pins
+        ``PINNABLE`` (docs/mcp.md). None for a tool the operator wrote whole."""
+        name = self._upstream_names.get(tool.name) or tool.name.removeprefix(self.server.prefix)
+        if PINNABLE <= self.server.pinned.get(name, set()):
+            return None
+        return f"tool descriptions from the MCP server {self.server.name}"
+
     @property
     def run_routes(self) -> tuple[str, ...]:
         """A run's grant covers the server's route: the run lists the tools (and runs reads)."""
@@ -295,18 +327,19 @@ class MCPSource:
                 return
         if not self._listing.acquire(blocking=False):
             return  # another thread lists; this one keeps what is there
-        try:
-            listed = self._connection.list_tools()
-        except Exception as exc:  # noqa: BLE001 - a server away keeps the last listing; said once
-            with self._lock:
-                self._failed_at = time.monotonic()
-            log.warning("%s: listing its tools failed (%s: %s); %s", self.server.table, type(exc).__name__,
-                        str(exc)[:300], "keeping the last listing" if self._listed is not None else
-                        "only its configured tools are known")
-            return
+        try:  # taken under the listing's lock too: the first definitions are one listing's
+            try:
+                listed = self._connection.list_tools()
+            except Exception as exc:  # noqa: BLE001 - a server away keeps the last listing; said once
+                with self._lock:
+                    self._failed_at = time.monotonic()
+                log.warning("%s: listing its tools failed (%s: %s); %s", self.server.table, type(exc).__name__,
+                            str(exc)[:300], "keeping the last listing" if self._listed is not None else
+                            "only its configured tools are known")
+                return
+            self._take(listed)
         finally:
             self._listing.release()
-        self._take(listed)
 
     def _take(self, listed: list[Any]) -> None:
         s = self.server
@@ -314,24 +347,35 @@ class MCPSource:
         first = self._first if self._first is not None else frozenset(names)
         tools, upstream = {}, {}
         for remote in listed[:TOOLS_MAX]:
-            exposed = s.prefix + str(remote.name)
+            name, exposed = str(remote.name), s.prefix + str(remote.name)
             if not TOOL_NAME.match(exposed):
-                log.warning("%s: a tool named %r is not a name the model accepts; skipped", s.table,
-                            str(remote.name)[:80])
+                self._warn_once(f"name:{name[:80]}", "%s: a tool named %r is not a name the model accepts; skipped",
+                                name[:80])
                 continue
             if exposed in s.taken:
-                log.warning("%s: a tool named %r is another table's (or the runtime's); skipped", s.table, exposed)
+                whose = "the runtime's own" if exposed in RESERVED_NAMES else "another table's"
+                self._warn_once(f"taken:{exposed}", "%s: a tool named %r is %s; skipped", exposed, whose)
                 continue
-            if remote.name in s.overrides:
-                fields = s.overrides[remote.name]
-            elif remote.name in first:
+            if name in s.overrides:
+                fields = s.overrides[name]
+            elif name in first:
                 fields = s.defaults
             else:  # added since the first listing: denied until configured
                 fields = {**s.defaults, "policy": "deny"}
-            tool = self._tool(exposed, fields, remote)
+            definition = self._definition(name, remote)
+            changed = [k for k, v in self._definitions.get(name, definition).items() if definition.get(k) != v]
+            if changed:  # a rug pull: the same name, new text for the model
+                fields = {**fields, "policy": "deny"}
+                self._warn_once(f"changed:{name}:{sorted(definition.items())}",
+                                "%s: the tool %r changed %s since this process first listed it; withheld until an "
+                                "operator accepts it: restart the worker to take what the server lists then, or pin "
+                                "description and input_schema in [mcp.%s.tools.%s]",
+                                name, " and ".join(_CHANGED[k] for k in sorted(changed)), s.name, name)
+            tool = self._tool(exposed, fields, None if changed else remote)  # withheld: none of the new text
             if tool is not None:
-                tools[exposed], upstream[exposed] = tool, str(remote.name)
-        added = sorted(n for n in names if n not in first and n not in s.overrides and n not in self._said)
+                tools[exposed], upstream[exposed] = tool, name
+                self._definitions.setdefault(name, definition)
+        added = sorted(n for n in upstream.values() if n not in first and n not in s.overrides and n not in self._said)
         self._said.update(added)
         if added:
             log.warning("%s: tool(s) %s appeared after the first listing; denied until configured",
@@ -339,6 +383,22 @@ class MCPSource:
         with self._lock:
             self._listed, self._upstream_names, self._first = tools, upstream, first
             self._listed_at, self._failed_at = time.monotonic(), 0.0
+
+    def _definition(self, name: str, remote: Any) -> dict[str, str]:
+        """The server's text of a tool the model reads (the ``PINNABLE`` fields its table
+        leaves to the server), each field hashed: kept per tool, compared at each listing."""
+        said = {"description": getattr(remote, "description", None) or "",
+                "input_schema": getattr(remote, "input_schema", None)}
+        return {k: hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()
+                for k, v in said.items() if k not in self.server.pinned.get(name, set())}
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        """A listing's warning (``message`` after the table's name), once per process: the
+        listing comes again every list_ttl seconds, the warning need not."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        log.warning(message, self.server.table, *args)
 
     def _tool(self, exposed: str, fields: dict[str, Any], remote: Any) -> Tool | None:
         """A Tool from the config's fields and, once listed, the server's tool (``remote``):
@@ -353,13 +413,16 @@ class MCPSource:
             if "input_schema" not in pinned:
                 schema = checked_schema(getattr(remote, "input_schema", None))
                 if schema is None:
-                    log.warning("%s: the tool %r has no usable input schema; skipped", s.table, name[:64])
+                    self._warn_once(f"schema:{name}", "%s: the tool %r has no usable input schema; skipped", name[:64])
                     return None
                 fields["input_schema"] = schema
             fields["effect"] = stricter_effect(fields["effect"], getattr(remote, "annotations", None))
         if not fields.get("description"):
             fields["description"] = f"{name} (from the MCP server {s.name})"
         return Tool(name=exposed, source=self.name, routes=(s.route,) if s.route else (), **fields)
+
+
+_CHANGED = {"description": "its description", "input_schema": "its input schema"}  # for the warning
 
 
 def stricter_effect(configured: str, annotations: Any) -> str:
@@ -623,6 +686,7 @@ class StdioConnection:
         from mcp.client.stdio import stdio_client
 
         s = self.server
+        closed_to_same_user()
         env = {**s.env, **{k: os.environ[k] for k in s.pass_env if k in os.environ}}
         params = StdioServerParameters(command=s.command or "", args=list(s.args), env=env, cwd=s.cwd)
         errlog = open(os.devnull, "w") if s.stderr == "discard" else None  # noqa: SIM115 - closed below
@@ -641,6 +705,22 @@ class StdioConnection:
             self._client = None
             if errlog:
                 errlog.close()
+
+
+def closed_to_same_user() -> None:
+    """Make this process non-dumpable (Linux): its ``/proc/<pid>/environ``, ``mem``, ``fd``
+    ... become root's and ptrace is refused, so a stdio server, a child running as the same
+    user, cannot read the worker's environment (``WAKEFUL_DATABASE_URL``, a key) or memory.
+    The flag is the process's (every thread, and children forked later; an exec'd server gets
+    its own back). It also stops core dumps and same-user debuggers (py-spy, gdb) of this
+    process; root with CAP_SYS_PTRACE (or CAP_SYS_ADMIN, CAP_PERFMON) still reads it
+    (docs/mcp.md, "What a stdio server can reach"). Elsewhere than Linux: nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_DUMPABLE, 0) failed (%s): a stdio MCP server can read this worker's environment",
+                    os.strerror(ctypes.get_errno()))
 
 
 async def _all_tools(client: Any) -> list[Any]:

@@ -10,7 +10,8 @@ parsing are the SDK's own. Its "model" follows a tiny script written in the user
 - ``refuse`` / ``max_tokens``: a reply that stops for that reason;
 - anything else: a reply ``Noted: <the text>``.
 
-Given tool results it reports them: ``TOOL: <content>`` (or ``TOOL failed: ...``), and it is a
+Given tool results it reports them: ``TOOL: <content>`` (or ``TOOL failed: ...``; a runtime
+tool's ``ok`` goes unsaid), and it is a
 red-team model: a ``call`` line anywhere in its latest input is obeyed, inside
 ``<untrusted>`` data or a tool's answer (a line of its text, or of a string in its JSON) as
 much as in the owner's words, as a model a prompt injection has steered would. Tests can
@@ -107,8 +108,8 @@ def _report(messages: list[dict[str, Any]], results: list[dict[str, Any]]) -> st
     lines = []
     for r in results:
         name = names.get(r["tool_use_id"], "tool")
-        if name in ("stay_silent", "mark_urgent"):
-            continue
+        if name in ("stay_silent", "mark_urgent") and not r.get("is_error"):
+            continue  # "ok": nothing to report; a refusal is reported as any tool's error
         body = r.get("content")
         body = body if isinstance(body, str) else json.dumps(body)
         body = "\n".join(line for line in body.splitlines() if not _is_tag(line)).strip()

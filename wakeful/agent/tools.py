@@ -7,7 +7,9 @@ A Python tool is ``call = "module:callable"`` taking ``(input: dict, call: ToolC
 returning a ``str`` or a JSON-able ``dict``. An HTTP tool is ``route`` / ``method`` /
 ``path``: the input is the JSON body (or the query of a GET), sent through the egress proxy.
 An exception is the tool's error: the model gets it as an error ``tool_result`` (its type
-and message, never a traceback). ``TryLater`` (wakeful/agent/outage.py) is not an error but an
+and message, never a traceback), and the run worker's log one line of it, escaped by the
+rule of store/display.py (its message is whatever the tool's upstream, or a stranger
+behind it, wrote). ``TryLater`` (wakeful/agent/outage.py) is not an error but an
 outage: it passes through, so a read in a run makes the run wait, and an effect waits to be
 tried again under the same idempotency key.
 """
@@ -19,7 +21,10 @@ import json
 import logging
 from typing import Any
 
+from store.display import safe
+
 from wakeful.agent.config import TOOL_SETTINGS, AgentConfig, ConfigError, checked_table, tool_settings
+from wakeful.agent.conversation import storable
 from wakeful.agent.loading import import_callable
 from wakeful.agent.outage import TryLater
 from wakeful.agent.sources import ToolSource, register_table
@@ -42,8 +47,11 @@ def run(tool: Tool, input: dict[str, Any], call: ToolCall,
     except TryLater:
         raise
     except Exception as exc:  # the tool's failure is the model's to hear about, not the run's
-        log.warning("tool %s (%s) failed: %s: %s", tool.name, call.id, type(exc).__name__, exc)
-        return {"content": f"the tool failed: {type(exc).__name__}: {exc}"[:RESULT_MAX], "is_error": True}
+        message = storable(str(exc))
+        # The name and the type are the config's and the code's; the id and the message are
+        # not: escaped, they cannot break the line, forge a record or drive a terminal.
+        log.warning("tool %s (%s) failed: %s: %s", tool.name, safe(call.id), type(exc).__name__, safe(message))
+        return {"content": f"the tool failed: {type(exc).__name__}: {message}"[:RESULT_MAX], "is_error": True}
     return {"content": as_text(value), "is_error": False}
 
 
@@ -56,6 +64,8 @@ def _source(tool: Tool, where: AgentConfig | ToolSource | None) -> ToolSource | 
 
 
 def as_text(value: Any) -> str:
+    """A tool's answer as text the model reads and the store keeps (``storable``: an
+    upstream's NUL would otherwise fail the finish that stores it)."""
     if isinstance(value, str):
         text = value
     else:
@@ -65,7 +75,7 @@ def as_text(value: Any) -> str:
             text = str(value)
     if len(text) > RESULT_MAX:
         text = text[:RESULT_MAX] + f"\n[cut: {len(text) - RESULT_MAX} more characters]"
-    return text
+    return storable(text)
 
 
 # -- the [tools.NAME] sources ------------------------------------------------------------

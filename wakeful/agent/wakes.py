@@ -77,6 +77,8 @@ DESCRIPTIONS = {
     "cancel_wake": "Cancel a pending wake by the id schedule_wake returned.",
     "list_wakes": "List the wakes you set that are still pending for this inbox.",
 }
+# The [wakes] tools' names: the runtime's, never another source's (wakeful/agent/mcp.py reserves them).
+TOOL_NAMES = tuple(DESCRIPTIONS)
 
 
 class WakeRefused(Exception):
