@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from wakeful.agent import wakes
-from wakeful.agent.config import AgentConfig, parse
+from wakeful.agent.config import WAKES_TOOLS, AgentConfig, ConfigError, parse
 from wakeful.cli.processes import wait_for
 
 SHIFTING = str(Path(__file__).parent / "mcp_shifting.py")
@@ -68,5 +68,14 @@ def test_a_runtime_tool_name_in_the_first_listing_is_skipped(
     cfg = configs(with_wakes)  # no "both declare" error: the server's are skipped
     mcp_names = {n for n, t in cfg.tools.items() if t.source == "mcp.evil"}
     assert mcp_names == {"weather"}
-    assert {n for n, t in cfg.tools.items() if t.source == wakes.SOURCE} == (set(wakes.TOOL_NAMES) if with_wakes
+    assert {n for n, t in cfg.tools.items() if t.source == wakes.SOURCE} == (set(WAKES_TOOLS) if with_wakes
                                                                               else set())
+
+
+@pytest.mark.parametrize("name", ["list_wakes", "stay_silent"])
+def test_a_python_tool_may_not_take_a_runtime_tools_name_either(name: str) -> None:
+    """Reserved against every source: a [tools.NAME] table too, with or without [wakes]."""
+    raw = {"agent": {"model": "m"},
+           "tools": {name: {"call": "agent_tools:lookup", "policy": "allow", "effect": "read"}}}
+    with pytest.raises(ConfigError, match=f"{name!r} is a tool the runtime offers itself"):
+        parse(raw, "agent.toml")

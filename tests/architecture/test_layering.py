@@ -26,15 +26,19 @@ LEAVES = {"wakeful/errors.py": (), "wakeful/settings.py": ("wakeful.errors",)}
 
 # (place, forbidden import prefixes, why)
 RULES = (
-    ("store", ("wakeful.agent", "wakeful.proxy", "wakeful.web", "wakeful.cli", "wakeful.examples",
-               "wakeful.telemetry", "wakeful.approval_tokens", "wakeful.serving", "tasks",
+    ("store", ("wakeful.agent", "wakeful.integrations", "wakeful.proxy", "wakeful.web", "wakeful.cli",
+               "wakeful.examples", "wakeful.telemetry", "wakeful.approval_tokens", "wakeful.serving", "tasks",
                "celery", "kombu", "redis"), "store/ is the bottom of the house"),
-    ("wakeful/agent", ("celery", "kombu", "tasks", "wakeful.web", "wakeful.cli"), "the agent kit never imports Celery"),
+    ("wakeful/agent", ("celery", "kombu", "tasks", "wakeful.web", "wakeful.cli", "wakeful.integrations"),
+     "the agent kit never imports Celery"),
+    ("wakeful/integrations", ("celery", "kombu", "tasks", "wakeful.web", "wakeful.cli", "wakeful.examples",
+                              "wakeful.proxy"), "a framework integration is a loop on the agent kit"),
     ("wakeful/proxy", ("celery", "kombu", "tasks", "wakeful.agent", "wakeful.web", "wakeful.cli"),
      "the proxy never imports Celery nor the agent kit"),
-    ("tasks", ("wakeful.web", "wakeful.cli", "wakeful.examples", "wakeful.agent.claude"),
+    ("tasks", ("wakeful.web", "wakeful.cli", "wakeful.examples", "wakeful.agent.claude", "wakeful.integrations"),
      "tasks/ never imports the web edge nor a particular agent"),
-    ("wakeful/web", ("wakeful.agent", "wakeful.cli", "wakeful.examples"), "the web edge never imports the agent kit"),
+    ("wakeful/web", ("wakeful.agent", "wakeful.integrations", "wakeful.cli", "wakeful.examples"),
+     "the web edge never imports the agent kit"),
 )
 
 

@@ -46,7 +46,6 @@ from wakeful.agent.config import RUN_GRANT_TTL, AgentConfig
 from wakeful.agent.conversation import MEMORY_KEY, Conversation, storable, tool_result
 from wakeful.agent.outage import TryLater, is_transient, retry_after
 from wakeful.agent.run import BudgetReached, Run
-from wakeful.agent.sources import offered_taint
 from wakeful.agent.tool import ToolCall
 
 log = logging.getLogger("wakeful.agent.claude")
@@ -274,7 +273,7 @@ class ClaudeRun:
         self.run.check_budget(self.cfg.budget)  # raises BudgetReached: this call is not made
         self.calls += 1
         offered = policy.offered(self.cfg)
-        for taint in offered_taint(self.cfg, offered):  # a server's tool text in view (docs/mcp.md)
+        for taint in self.cfg.offered_taint(offered):  # a server's tool text in view (docs/mcp.md)
             self.convo.taint(taint)
         # A span after the GenAI semantic conventions; never the prompt or the reply's text.
         with telemetry.span(f"chat {self.cfg.model}", kind=telemetry.CLIENT, attributes={

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,11 @@ DELIVERIES = {"at_least_once": "at-least-once", "at_most_once": "at-most-once"}
 RUN_GRANT_TTL = 900
 # The tools the runtime itself offers the model (wakeful/agent/claude.py): a config may not reuse them.
 RUNTIME_TOOLS = ("stay_silent", "mark_urgent")
+# The [wakes] tools (wakeful/agent/wakes.py): the runtime's too, never another source's.
+WAKES_TOOLS = ("schedule_wake", "cancel_wake", "list_wakes")
+# Names no source but the runtime's may take, with or without a [wakes] table, in a first
+# listing or a later one: a source taking one would switch the runtime's tool off.
+RESERVED_NAMES = frozenset(RUNTIME_TOOLS + WAKES_TOOLS)
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
 
 _AGENT_KEYS = {"model", "system", "max_tokens", "max_model_calls", "trusted_sources", "timeout",
@@ -123,6 +129,20 @@ class AgentConfig:
 
     def source_of(self, tool: Tool) -> ToolSource | None:
         return self.sources.get(tool.source)
+
+    def offered_taint(self, offered: Iterable[dict[str, Any]]) -> list[str]:
+        """What offering these tools (``policy.offered``'s specs) taints the conversation with:
+        for each tool whose source took its definition from outside the config, what the source
+        says (``definition_taint(tool)``; a source without one wrote its tools' text itself),
+        each once. A loop taints with it where it offers the tools, before the model reads them."""
+        taints: list[str] = []
+        for spec in offered:
+            tool = self.tools.get(spec["name"])
+            said = getattr(self.source_of(tool), "definition_taint", None) if tool is not None else None
+            taint = said(tool) if callable(said) else None
+            if taint and taint not in taints:
+                taints.append(taint)
+        return taints
 
     def run_routes(self) -> list[str]:
         """What a run's own grant covers: the model's route and the routes of the tools that
@@ -256,7 +276,7 @@ def _sources(path: str, kinds: list[str], raw: dict[str, Any], routes: tuple[str
                 if tool.name in declared:
                     raise ConfigError(f"{path}: {declared[tool.name]} and {where} both declare a tool "
                                       f"named {tool.name!r}; tool names are unique")
-                if tool.name in RUNTIME_TOOLS:
+                if tool.name in RESERVED_NAMES and source.name != "wakes":
                     raise ConfigError(f"{path}: {where}: {tool.name!r} is a tool the runtime offers itself")
                 missing = sorted(set(tool.grant_routes) - set(routes))
                 if missing:

@@ -50,7 +50,6 @@ from wakeful.agent.config import RUN_GRANT_TTL, AgentConfig, current
 from wakeful.agent.conversation import Conversation
 from wakeful.agent.effects import refuse_unrunnable
 from wakeful.agent.run import Run
-from wakeful.agent.sources import offered_taint
 from wakeful.agent.tool import Tool, ToolCall
 
 __all__ = ["ToolResult", "ToolUse", "Toolkit"]
@@ -185,7 +184,7 @@ class Toolkit:
         run's lease."""
         with self._egress(self.config.listing_routes()):
             offered = policy.offered(self.config, runtime=runtime)
-        for taint in offered_taint(self.config, offered):  # a server's tool text in view (docs/mcp.md)
+        for taint in self.config.offered_taint(offered):  # a server's tool text in view (docs/mcp.md)
             self._taint.taint(taint)
         return offered
 

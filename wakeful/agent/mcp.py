@@ -76,8 +76,7 @@ from typing import Any
 import jsonschema
 
 from wakeful.settings import SettingsError, read_toml
-from wakeful.agent import wakes
-from wakeful.agent.config import (RUNTIME_TOOLS, TOOL_NAME, TOOL_SETTINGS, ConfigError, checked_table, positive_int,
+from wakeful.agent.config import (RESERVED_NAMES, TOOL_NAME, TOOL_SETTINGS, ConfigError, checked_table, positive_int,
                           tool_settings)
 from wakeful.agent.outage import NOT_ACTED_ON, is_transient, retry_after
 from wakeful.agent.sources import ToolSource, register_table
@@ -97,9 +96,6 @@ CALL_TIMEOUT = 60.0  # seconds for one exchange with a server (a listing, a call
 # What of a tool's definition a table may pin in place of the server's text (what the model
 # reads about the tool besides its name): pinned, it is the operator's, and taints nothing.
 PINNABLE = frozenset({"description", "input_schema"})
-# The runtime's own tool names: never a server's, with or without a [wakes] table, so no
-# listing (the first or a later one) takes one from the runtime.
-RESERVED_NAMES = frozenset(RUNTIME_TOOLS) | frozenset(wakes.TOOL_NAMES)
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _SERVER_KEYS = {"route", "path", "command", "args", "env", "pass_env", "cwd", "stderr", "prefix", "list_ttl",
                 "timeout", "tools"} | (TOOL_SETTINGS - PINNABLE)

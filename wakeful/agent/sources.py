@@ -13,7 +13,7 @@ time a config names its table, so its module registers itself on import.
 
 What a tool's definition says (its name, description, input schema) reaches the model as much
 as any answer: a source that takes it from outside the config (an MCP server's) says so per
-tool with ``definition_taint(tool)``, and :func:`offered_taint` is what the loops taint the
+tool with ``definition_taint(tool)``, and ``AgentConfig.offered_taint`` is what the loops taint the
 conversation with when they offer the tools (docs/design.md section 11).
 
 A source's ``call`` returns a ``str`` or a JSON-able value. An exception is the tool's
@@ -25,15 +25,13 @@ the run wait, and an effect waits to be tried again under the same idempotency k
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from wakeful.agent.tool import Tool, ToolCall
 
-if TYPE_CHECKING:
-    from wakeful.agent.config import AgentConfig
 
-__all__ = ["BUILTIN_KINDS", "TableParser", "ToolSource", "offered_taint", "parser_for", "register_table",
+__all__ = ["BUILTIN_KINDS", "TableParser", "ToolSource", "parser_for", "register_table",
            "table_of"]
 
 
@@ -88,19 +86,3 @@ def table_of(source: ToolSource, tool: Tool) -> str:
     (``table_of(tool)``), otherwise it is ``[source name]``."""
     where = getattr(source, "table_of", None)
     return where(tool) if callable(where) else f"[{source.name}]"
-
-
-def offered_taint(config: AgentConfig, offered: Iterable[dict[str, Any]]) -> list[str]:
-    """What offering these tools (``policy.offered``'s specs) taints the conversation with:
-    for each tool whose source took its definition from outside the config, what the source
-    says (``definition_taint(tool)``; a source without one wrote its tools' text itself), each
-    once. A loop taints with it where it offers the tools, before the model reads them."""
-    tools = config.tools
-    taints: list[str] = []
-    for spec in offered:
-        tool = tools.get(spec["name"])
-        said = getattr(config.source_of(tool), "definition_taint", None) if tool is not None else None
-        taint = said(tool) if callable(said) else None
-        if taint and taint not in taints:
-            taints.append(taint)
-    return taints

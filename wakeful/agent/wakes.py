@@ -35,7 +35,7 @@ from store import Event, Timer, validate
 from wakeful.settings import StoreSettings
 from store.timers import WAKE_PREFIX, next_cron
 
-from wakeful.agent.config import POLICIES, ConfigError, no_unknown_keys, positive_int
+from wakeful.agent.config import POLICIES, WAKES_TOOLS, ConfigError, no_unknown_keys, positive_int
 from wakeful.agent.sources import ToolSource, register_table
 from wakeful.agent.tool import Tool
 
@@ -77,8 +77,7 @@ DESCRIPTIONS = {
     "cancel_wake": "Cancel a pending wake by the id schedule_wake returned.",
     "list_wakes": "List the wakes you set that are still pending for this inbox.",
 }
-# The [wakes] tools' names: the runtime's, never another source's (wakeful/agent/mcp.py reserves them).
-TOOL_NAMES = tuple(DESCRIPTIONS)
+assert tuple(DESCRIPTIONS) == WAKES_TOOLS  # the names config.RESERVED_NAMES keeps for these tools
 
 
 class WakeRefused(Exception):
