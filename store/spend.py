@@ -239,8 +239,10 @@ def check(conn: Connection, inbox: str, holder: str, generation: int, budget: Bu
     told = conn.execute(update(spend).where(*_key("inbox", inbox, 0, day), spend.c.told.is_(None))
                         .values(told=at)).rowcount == 1
     if told:
+        # Urgent: the person's messages wait unanswered meanwhile, so the notice must not wait
+        # out the outbox gap (up to an hour) too; once a day per inbox, it cannot flood.
         conn.execute(outbox.insert().values(inbox=inbox, body=validate.text_value("budget notice", budget.notice),
-                                            urgent=False, created=at))
+                                            urgent=True, created=at))
     said = "; ".join(f"{scope} {name!r}: {why}" for scope, name, _, why in reached)
     return Verdict(False, day + DAY, reached=said, told=told)
 
