@@ -76,3 +76,25 @@ def test_check_passes_on_the_embedded_default_before_any_start(tmp_path: Path) -
     done = _wakeful(tmp_path, "check")
     assert done.returncode == 0, done.stderr
     assert "(embedded: WAKEFUL_DATABASE_URL is not set)" in done.stdout and done.stdout.endswith("ok\n")
+
+
+def test_check_names_an_mcp_server_that_does_not_start_and_passes_one_that_does(tmp_path: Path) -> None:
+    """`wakeful check` starts each stdio MCP server once, as a worker would: a missing script
+    is one line with what the server said, not a closed connection at the first run."""
+    servers = Path(__file__).resolve().parents[1] / "agent" / "mcp_servers.py"
+    config = tmp_path / "agent.toml"
+    (tmp_path / "state").mkdir()
+
+    def write(script: Path) -> None:
+        config.write_text(f'[agent]\nmodel = "m"\n\n[mcp.files]\ncommand = "{sys.executable}"\n'
+                          f'args = ["{script}", "stdio", "{tmp_path / "state"}"]\npolicy = "deny"\n')
+
+    write(tmp_path / "no_such_server.py")
+    done = _wakeful(tmp_path, "check", WAKEFUL_AGENT="claude", WAKEFUL_AGENT_CONFIG=str(config))
+    assert done.returncode == 1
+    line = _one_line(done)
+    assert line.startswith("wakeful check: [mcp.files]: the server did not start and list its tools (")
+    assert "No such file or directory" in line, line
+    write(servers)
+    done = _wakeful(tmp_path, "check", WAKEFUL_AGENT="claude", WAKEFUL_AGENT_CONFIG=str(config))
+    assert done.returncode == 0, done.stderr

@@ -66,6 +66,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 import unicodedata
@@ -329,7 +330,7 @@ class MCPSource:
             except Exception as exc:  # noqa: BLE001 - a server away keeps the last listing; said once
                 with self._lock:
                     self._failed_at = time.monotonic()
-                log.warning("%s: listing its tools failed (%s: %s); %s", self.server.table, type(exc).__name__,
+                log.warning(LISTING_FAILED, self.server.table, type(exc).__name__,
                             str(exc)[:300], "keeping the last listing" if self._listed is not None else
                             "only its configured tools are known")
                 return
@@ -683,8 +684,7 @@ class StdioConnection:
 
         s = self.server
         closed_to_same_user()
-        env = {**s.env, **{k: os.environ[k] for k in s.pass_env if k in os.environ}}
-        params = StdioServerParameters(command=s.command or "", args=list(s.args), env=env, cwd=s.cwd)
+        params = _stdio_parameters(s)
         errlog = open(os.devnull, "w") if s.stderr == "discard" else None  # noqa: SIM115 - closed below
         try:
             transport = stdio_client(params, errlog=errlog) if errlog else stdio_client(params)
@@ -701,6 +701,47 @@ class StdioConnection:
             self._client = None
             if errlog:
                 errlog.close()
+
+
+LISTING_FAILED = "%s: listing its tools failed (%s: %s); %s"
+
+
+def _stdio_parameters(s: Server) -> Any:
+    """How a stdio server is started: its command, and only the table's ``env`` and
+    ``pass_env`` names for its environment."""
+    from mcp import StdioServerParameters
+
+    env = {**s.env, **{k: os.environ[k] for k in s.pass_env if k in os.environ}}
+    return StdioServerParameters(command=s.command or "", args=list(s.args), env=env, cwd=s.cwd)
+
+
+def startable(source: Any) -> str | None:
+    """For ``wakeful check``: whether an MCP source's stdio server starts and lists its tools
+    (None), or one line why not, with the last line the server wrote to stderr (a missing
+    script's "No such file"). A server over HTTP is reached through the proxy under a run's
+    grant, so it is not started here (None)."""
+    if not isinstance(source, MCPSource) or source.server.route:
+        return None
+    from mcp import Client
+    from mcp.client.stdio import stdio_client
+
+    s = source.server
+
+    async def list_once(errlog: Any) -> None:
+        async with Client(stdio_client(_stdio_parameters(s), errlog=errlog), read_timeout_seconds=s.timeout,
+                          cache=None) as client:
+            await _all_tools(client)
+
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
+        try:
+            asyncio.run(asyncio.wait_for(list_once(errlog), s.timeout + 5))
+            return None
+        except Exception as exc:  # noqa: BLE001 - whatever stopped it, said in one line
+            errlog.seek(0)
+            said = [line.strip() for line in errlog.read().splitlines() if line.strip()]
+            leaf = _leaf(exc)
+            why = said[-1] if said else f"{type(leaf).__name__}: {leaf}"
+            return f"{s.table}: the server did not start and list its tools ({why[:300]})"
 
 
 def closed_to_same_user() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import typer
@@ -18,6 +19,9 @@ def check() -> None:
     from wakeful.settings import RuntimeSettings, for_process
 
     settings = for_process(RuntimeSettings, "wakeful check")  # a bad one: one line, exit 2
+    # A stdio server that cannot start is said below, once, with its cause: not also as the
+    # listing's warning a worker logs.
+    logging.getLogger("wakeful.agent.mcp").addFilter(lambda record: record.msg != _listing_failed())
     typer.echo(settings.where())
     failures = [f for f in (_store_problem(settings), _broker_problem(settings)) if f]
     for failure in failures:
@@ -34,12 +38,35 @@ def check() -> None:
         cfg = for_worker(settings.agent)  # what a worker loads at its start, checked alike
         if cfg is not None:
             _show(cfg, claude)
+            failures += _servers_problems(cfg)
     except (ConfigError, ImportError, AttributeError, TypeError, ValueError) as exc:
         typer.echo(f"wakeful check: {exc}", err=True)
         raise typer.Exit(1) from None
     if failures:
         raise typer.Exit(1)
     typer.echo("ok")
+
+
+def _listing_failed() -> str:
+    from wakeful.agent.mcp import LISTING_FAILED
+
+    return LISTING_FAILED
+
+
+def _servers_problems(cfg: object) -> list[str]:
+    """Each stdio MCP server that does not start and list its tools, one line each (said
+    here, where a worker would only log a closed connection at its first run)."""
+    from wakeful.agent.config import AgentConfig
+
+    assert isinstance(cfg, AgentConfig)
+    if not any(name.startswith("mcp.") for name in cfg.sources):
+        return []
+    from wakeful.agent.mcp import startable
+
+    problems = [startable(source) for source in cfg.sources.values()]
+    for problem in filter(None, problems):
+        typer.echo(f"wakeful check: {problem}", err=True)
+    return [p for p in problems if p]
 
 
 def _store_problem(settings: "RuntimeSettings") -> str | None:
