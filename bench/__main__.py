@@ -1,6 +1,6 @@
 """``python -m bench [--quick] [--json PATH] [--only SECTION ...]``
 
-Runs wakeful side by side with its peers (raw Celery, pgbench, procrastinate) on loopback
+Runs wakeful side by side with its peers (raw Celery, pgbench, procrastinate, DBOS) on loopback
 PostgreSQL and Redis, three runs per figure, and prints medians and ratios. See
 docs/performance.md for what each figure means and how it is taken.
 """
@@ -37,8 +37,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="agents section: the run worker as K processes sharing the concurrency (and the "
                              "peer likewise); default 1: what a second interpreter on the box buys "
                              "(docs/performance.md, '3 December, afternoon')")
-    parser.add_argument("--agents-forms", nargs="+", choices=("sleep", "claude", "proxy", "before"),
-                        help="agents section: only these forms (default all; peers run with the forms they serve)")
+    parser.add_argument("--agents-forms", nargs="+",
+                        choices=("sleep", "async-sleep", "claude", "proxy", "before", "dbos", "procrastinate"),
+                        help="agents section: only these forms (default all; peers run with the forms they serve: "
+                             "Celery with sleep and async-sleep, the asyncio limit with every form but before; "
+                             "dbos and procrastinate are the durable peers, each a form of its own)")
+    parser.add_argument("--agents-dbos-poll", type=float, metavar="S",
+                        help="agents section: the DBOS peer's queue polling interval in seconds (default DBOS's "
+                             "own, 1.0)")
     parser.add_argument("--agents-waits", nargs="+", type=float, metavar="L",
                         help="agents section: the agent's waits in seconds (default 2 10; --quick 2)")
     parser.add_argument("--agents-inboxes", type=int, metavar="N",
@@ -68,6 +74,7 @@ def _run(args: argparse.Namespace) -> int:
                   agents_pool=args.agents_pool, agents_concurrency=args.agents_concurrency,
                   agents_processes=max(1, args.agents_processes),
                   agents_forms=tuple(args.agents_forms or ()))
+    ctx.agents_dbos_poll = args.agents_dbos_poll  # read by bench/waiting.py (getattr: optional)
     sections = args.only or SECTIONS
     ctx.progress(f"wakeful bench ({'quick' if args.quick else 'full'}): {', '.join(sections)}; work dir {home}")
     workers = []

@@ -12,7 +12,10 @@ service would, and an agent that waits L seconds before it answers, in these for
 - with ``--agents-processes K``, each run worker (and the Celery peer) is K processes
   sharing the concurrency, its figures summed;
 - ``before``: the Procfile's worker shape (prefork, 2 processes) with the sleeping agent, at a
-  small N: the figure the issue starts from.
+  small N: the figure the issue starts from;
+- ``async-sleep``: ``bench.waiting:async_sleeper``, the sleeping agent written ``async def``
+  (``await asyncio.sleep(L)``), on the same worker shape as ``sleep``: the process's one event
+  loop runs it (tasks/event_loop.py) while a pool thread waits for it.
 
 Peers in the same run, on the same machine at the same moment:
 
@@ -21,7 +24,14 @@ Peers in the same run, on the same machine at the same moment:
 - ``asyncio``: one plain asyncio loop making the same HTTP calls, N at once, to the same
   scripted server with the SDK's ``AsyncAnthropic`` (the limit: no broker, no database);
 - ``asyncio+proxy``: that loop through the proxy, each call with its own run's grant (leases
-  taken and grants minted through the store beforehand): the proxy alone at N calls.
+  taken and grants minted through the store beforehand): the proxy alone at N calls;
+- ``dbos`` (issue 56, item 3): the waiting agent as a durable DBOS workflow, an async step that
+  awaits L, on a queue partitioned by inbox, enqueued from this process, one DBOS worker
+  process on its own database (bench/dbos_peer.py);
+- ``procrastinate``: an async procrastinate job awaiting L with the inbox as its ``lock``,
+  deferred from this process, one worker process with the run worker's concurrency, on its
+  own database (bench/procrastinate_peer.py). For both, the figures come from the peer's own
+  records (its tables), the latency from the enqueue to the run's recorded end.
 
 What is measured, for each form (docs/performance.md, "Agents that wait"):
 
@@ -63,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 SLEEPER = "bench.waiting:sleeper"
+ASYNC_SLEEPER = "bench.waiting:async_sleeper"
 MODEL_KEY = "sk-bench-not-a-real-key-0000"
 ERROR_LINE = re.compile(rb"\bERROR\b|Traceback|CRITICAL|QueuePool limit")
 
@@ -75,6 +86,19 @@ def sleeper(run: Any) -> Any:
     started = time.time()
     wait = max((float((e.payload or {}).get("wait", 0)) for e in run.events), default=0.0)
     time.sleep(wait)
+    return Outcome(messages=[json.dumps({"start": started, "end": time.time()})])
+
+
+async def async_sleeper(run: Any) -> Any:
+    """The same agent written ``async def``: it awaits the wait (tasks/event_loop.py runs it
+    on the worker process's one event loop), as an agent on an async SDK awaits its model."""
+    import asyncio
+
+    from store import Outcome
+
+    started = time.time()
+    wait = max((float((e.payload or {}).get("wait", 0)) for e in run.events), default=0.0)
+    await asyncio.sleep(wait)
     return Outcome(messages=[json.dumps({"start": started, "end": time.time()})])
 
 
@@ -108,7 +132,9 @@ class AgentSizes:
         return cls(waits=(2.0, 10.0), inboxes={2.0: 1000, 10.0: 1200}, before_inboxes=20, settle=35.0)
 
 
-FORMS = ("sleep", "claude", "proxy", "before")
+FORMS = ("sleep", "async-sleep", "claude", "proxy", "before", "dbos", "procrastinate")
+SLEEPING = ("sleep", "async-sleep")  # wakeful's sleeping forms, the Celery peer's
+DURABLE = ("dbos", "procrastinate")  # the durable peers (issue 56, item 3)
 DEFAULT_POOL, DEFAULT_CONCURRENCY = "threads", 1200
 
 
@@ -624,6 +650,74 @@ def peer_form(rig: Rig, worker_name: str, wait: float, n: int) -> Figures:
     return fig
 
 
+def durable_form(rig: Rig, form: str, peer: Any, wait: float, n: int) -> Figures:
+    """A durable peer (bench/dbos_peer.py, bench/procrastinate_peer.py): N runs enqueued one
+    by one from this process, each with its inbox as its key, then figures from the peer's
+    own records: runs/s = finished / (the last one's end - the first enqueue), in flight = the
+    most waits (the DBOS step, the procrastinate job) open at once, latency = enqueue -> end."""
+    import psycopg
+
+    from bench import env
+
+    fig = Figures(form, wait, n, "asyncio", peer.concurrency)
+    prefix = _prefix(form, wait)
+    offsets = fig.offsets = rig.log_offsets()
+    pid = peer.proc.pid
+    fig.idle_rss_mb = tree_rss_kb(pid) / 1024
+    sampler = Sampler(peer.db, {form: pid}, None)
+    sampler.start()
+    sent: dict[str, float] = {}
+    first = time.time()
+    for i in range(n):
+        inbox = f"{prefix}{i}"
+        sent[inbox] = time.time()
+        peer.enqueue(inbox, wait)
+    fig.extra["send_s"] = round(time.time() - first, 2)
+    deadline = time.time() + _ideal(wait, n, peer.concurrency) + rig.ctx.agent_sizes.settle
+    with psycopg.connect(env.pg_conninfo(peer.db) + " application_name=bench-poller", autocommit=True) as conn:
+        while peer.finished(conn, prefix) < n and time.time() < deadline:
+            time.sleep(0.1)
+        records = peer.records(conn, prefix)
+    sampler.stop()
+    ended = {i: r["end"] for i, r in records.items() if r["ok"] and r["end"] is not None}
+    fig.done, fig.cut = len(ended), sum(1 for r in records.values() if r["end"] is not None) < n
+    fig.seconds = (max(ended.values()) if ended else time.time()) - first
+    lat = [ended[i] - sent[i] for i in ended if i in sent]
+    fig.p50, fig.p99 = percentile(lat, 50), percentile(lat, 99)
+    fig.in_flight = peak_overlap([r["wait"] for r in records.values() if r["wait"]])
+    fig.extra["runs_held_peak"] = peak_overlap([r["run"] for r in records.values() if r["run"]])
+    failed: dict[str, int] = {}
+    for r in records.values():
+        if not r["ok"]:
+            failed[r["status"]] = failed.get(r["status"], 0) + 1
+    if failed:
+        fig.extra["not_succeeded"] = failed
+    fig.rss_mb = sampler.rss_kb[form] / 1024
+    fig.connections = sampler.connections[form]
+    fig.extra["db_connections_all_processes"] = sampler.db_total
+    fig.extra["worker_cpu_ms_per_run"] = round(1000 * sampler.cpu_s[form] / max(1, fig.done), 1)
+    fig.errors = rig.error_lines(offsets)
+    return fig
+
+
+def _warm_durable(peer: Any, form: str, n: int = 4) -> None:
+    """A few runs that do not wait, so the worker's first fetch and connections are not in
+    the figure (and the DBOS queue's worker thread has started)."""
+    import psycopg
+
+    from bench import env
+
+    prefix = f"warm-{form}-"
+    for i in range(n):
+        peer.enqueue(f"{prefix}{i}", 0.0)
+    deadline = time.time() + 60
+    with psycopg.connect(env.pg_conninfo(peer.db), autocommit=True) as conn:
+        while peer.finished(conn, prefix) < n:
+            if time.time() > deadline:
+                raise RuntimeError(f"{form}: the warm-up runs did not finish in 60 s (see {peer.log})")
+            time.sleep(0.1)
+
+
 def limit_form(rig: Rig, wait: float, n: int, grants: list[str] | None = None) -> Figures:
     """The plain asyncio loop, in its own process (python -m bench.waiting limit ...)."""
     form = "asyncio+proxy" if grants else "asyncio"
@@ -777,19 +871,26 @@ def _run_forms(ctx: Any, rig: Rig, sizes: AgentSizes, forms: tuple[str, ...], re
             _abandon(rig, _prefix(fig.form, fig.wait))
             restart()
 
-    if "sleep" in forms:
-        start = lambda: rig.worker("runs", "tasks", run_queues, rig.pool, rig.concurrency, rig.processes, WAKEFUL_AGENT=SLEEPER)  # noqa: E731
+    for form, agent in (("sleep", SLEEPER), ("async-sleep", ASYNC_SLEEPER)):
+        if form not in forms:
+            continue
+        start = lambda agent=agent: rig.worker("runs", "tasks", run_queues, rig.pool, rig.concurrency, rig.processes, WAKEFUL_AGENT=agent)  # noqa: E731
         start()
-        _warm(rig, "sleep")
+        _warm(rig, form)
         for wait in sizes.waits:
-            fresh_after_cut(f := wakeful_form(rig, "sleep", "runs", wait, sizes.inboxes[wait], model=False), "runs", start)
+            fresh_after_cut(f := wakeful_form(rig, form, "runs", wait, sizes.inboxes[wait], model=False), "runs", start)
             done(f)
         rig.stop("runs")
+    if any(form in forms for form in SLEEPING):
         rig.worker("peer", "bench.peer", peer_queues, rig.pool, rig.concurrency, rig.processes)
         for wait in sizes.waits:
             done(peer_form(rig, "peer", wait, sizes.inboxes[wait]))
         rig.stop("peer")
-    if "claude" in forms or "proxy" in forms:
+    for form in DURABLE:
+        if form in forms:
+            _durable_forms(rig, form, sizes, done, say)
+    if any(form in forms for form in ("claude", "proxy", *SLEEPING, *DURABLE)):
+        # The limit: every row's "vs asyncio" (the same N waits of L as HTTP calls, nothing around them).
         for wait in sizes.waits:
             rig.start_model(wait)
             done(limit_form(rig, wait, sizes.inboxes[wait]))
@@ -843,6 +944,37 @@ def _run_forms(ctx: Any, rig: Rig, sizes: AgentSizes, forms: tuple[str, ...], re
         f.form = "celery-prefork"
         done(f)
         rig.stop("peer-prefork")
+
+
+def _durable_forms(rig: Rig, form: str, sizes: AgentSizes, done: Any, say: Any) -> None:
+    """The DBOS or procrastinate peer at every wait: its own database, one worker process
+    with the wakeful worker's concurrency, replaced after a cut form."""
+    try:
+        if form == "dbos":
+            from bench.dbos_peer import Peer
+
+            peer = Peer(rig, rig.concurrency, getattr(rig.ctx, "agents_dbos_poll", None))
+        else:
+            from bench.procrastinate_peer import AgentsPeer as Peer  # type: ignore[assignment]
+
+            peer = Peer(rig, rig.concurrency)
+    except ImportError as exc:
+        say(f"agents: {form} skipped: {exc} (pip install -e '.[bench]')")
+        return
+    try:
+        peer.start()
+        _warm_durable(peer, form)
+        for wait in sizes.waits:
+            fig = durable_form(rig, form, peer, wait, sizes.inboxes[wait])
+            if fig.cut:
+                say(f"agents: {form} at L={wait:g}s cut at {fig.done}/{fig.n}: replacing its worker")
+                peer.stop()
+                fig.errors = rig.error_lines(fig.offsets)
+                peer.abandon(_prefix(form, wait))
+                peer.start()
+            done(fig)
+    finally:
+        peer.close()
 
 
 def _warm(rig: Rig, form: str, n: int = 4) -> None:
@@ -915,6 +1047,9 @@ def _record(ctx: Any, results: list[Figures]) -> None:
             ctx.results.add(key + "_runs_per_s", f.runs_per_s)
 
 
+PEERS = ("celery", "celery-prefork", "asyncio", "asyncio+proxy", *DURABLE)
+
+
 def table(notes: dict[str, Any]) -> list[str]:
     """The section's tables, targets and ratios, from ``notes["agents"]`` (bench/report.py)."""
     rows = notes.get("agents")
@@ -923,27 +1058,68 @@ def table(notes: dict[str, Any]) -> list[str]:
     figs = [Figures(**{k: v for k, v in r.items() if k not in ("runs_per_s", "rss_per_run_mb")}) for r in rows]
     out = ["", "**Agents that wait** (N inboxes x 1 event, plain `send_task(\"wakeful.ingest\")`, the agent waits L)", "",
            "| form | L | pool x concurrency | done / N | runs/s | peak in flight (leases) | p50 | p99 | "
-           "worker RSS peak | RSS / run in flight | worker DB conns | error lines | vs Celery | vs asyncio |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "worker RSS peak | RSS / run in flight | worker DB conns | error lines | vs Celery | vs asyncio "
+           "| vs DBOS | vs procrastinate |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     by = {(f.form, f.wait): f for f in figs}
     for f in figs:
         peer = by.get(("celery-prefork" if f.form == "before" else "celery", f.wait))
         limit = by.get(("asyncio", f.wait))
-        vs_peer = _ratio(f, peer) if f.form not in ("celery", "celery-prefork", "asyncio", "asyncio+proxy") else None
+        vs_peer = _ratio(f, peer) if f.form not in PEERS else None
         vs_limit = _ratio(f, limit) if f.form != "asyncio" else None
+        # wakeful's forms against each durable peer, and the two durable peers against each other
+        vs = {d: _ratio(f, by.get((d, f.wait))) if f.form != d and not f.form.startswith("asyncio") else None
+              for d in DURABLE}
         leases = f" ({f.leases})" if f.leases is not None else ""
         out.append(f"| {f.form} | {f.wait:g} s | {_shape(f)} | {f.done} / {f.n}{' (cut)' if f.cut else ''} "
                    f"| {_f(f.runs_per_s)} | {f.in_flight}{leases} | {_f(f.p50, ' s')} | {_f(f.p99, ' s')} "
                    f"| {_f(f.rss_mb, ' MB')} | {_f(f.rss_per_run_mb, ' MB')} "
                    f"| {'-' if f.connections is None else f.connections} | {sum(f.errors.values())} "
-                   f"| {_f(vs_peer, 'x')} | {_f(vs_limit, 'x')} |")
+                   f"| {_f(vs_peer, 'x')} | {_f(vs_limit, 'x')} | {_f(vs['dbos'], 'x')} "
+                   f"| {_f(vs['procrastinate'], 'x')} |")
     extras = [(f, f.extra, f.errors) for f in figs if f.extra or f.errors]
     if extras:
         out += [""] + [f"- {f.form} L={f.wait:g}s: " + ", ".join(
             [f"{k} {json.dumps(v)}" for k, v in x.items()] + ([f"error lines by log {json.dumps(e)}"] if e else []))
             for f, x, e in extras]
+    pairs = [(a, b) for a, b in (("async-sleep", "sleep"), ("async-sleep", "dbos"), ("async-sleep", "procrastinate"),
+                                 ("sleep", "dbos"), ("sleep", "procrastinate"), ("dbos", "procrastinate"))
+             if any(f.form == a for f in figs) and any(f.form == b for f in figs)]
+    if pairs:
+        out += ["", "| ratio | L | runs/s | runs in flight |", "|---|---:|---:|---:|"]
+        for a, b in pairs:
+            for wait in sorted({f.wait for f in figs}):
+                fa, fb = by.get((a, wait)), by.get((b, wait))
+                if fa and fb:
+                    out.append(f"| {a} / {b} | {wait:g} s | {_f(_ratio(fa, fb), 'x')} "
+                               f"| {_f(fa.in_flight / fb.in_flight if fb.in_flight else None, 'x')} |")
     out += ["", "| target (issue 22) | met | measured |", "|---|---|---:|"]
     out += [f"| {name} | {'yes' if ok else ('no' if ok is False else '-')} | {got} |" for name, ok, got in targets(figs)]
+    durable = durable_targets(figs)
+    if durable:
+        out += ["", "| target (issue 56) | met | measured |", "|---|---|---:|"]
+        out += [f"| {name} | {'yes' if ok else ('no' if ok is False else '-')} | {got} |" for name, ok, got in durable]
+    return out
+
+
+def durable_targets(figs: list[Figures]) -> list[tuple[str, bool | None, str]]:
+    """Issue 56's: the sleeping async agent >= 1.0x each durable peer in runs/s at L = 2 s and
+    in runs in flight at L = 60 s (each ratio at the same L and N, from the same run)."""
+    by = {(f.form, f.wait): f for f in figs}
+    if not any(f.form == "async-sleep" for f in figs) or not any(f.form in DURABLE for f in figs):
+        return []
+    out: list[tuple[str, bool | None, str]] = []
+    for d in DURABLE:
+        if not any(f.form == d for f in figs):
+            continue
+        a, p = by.get(("async-sleep", 2.0)), by.get((d, 2.0))
+        r = _ratio(a, p) if a and p else None
+        out.append((f"async-sleep L=2s: >= 1.0x {d} in runs/s", None if r is None else r >= 1.0,
+                    _f(r, "x") if r is not None else "not measured (--agents-waits 2)"))
+        a, p = by.get(("async-sleep", 60.0)), by.get((d, 60.0))
+        r = a.in_flight / p.in_flight if a and p and p.in_flight else None
+        out.append((f"async-sleep L=60s: >= 1.0x {d} in runs in flight", None if r is None else r >= 1.0,
+                    _f(r, "x") if r is not None else "not measured (--agents-waits 2 60)"))
     return out
 
 
@@ -959,7 +1135,7 @@ def targets(figs: list[Figures]) -> list[tuple[str, bool | None, str]]:
     by = {(f.form, f.wait): f for f in figs}
     longest = max((f.wait for f in figs), default=0.0)
     for f in figs:
-        if f.form not in ("sleep", "claude", "claude+proxy"):
+        if f.form not in ("sleep", "async-sleep", "claude", "claude+proxy"):
             continue
         tag = f"{f.form} L={f.wait:g}s"
         out.append((f"{tag}: no error line in any log", not f.errors and not f.cut,
