@@ -12,6 +12,7 @@ from celery import Celery
 from celery.signals import beat_init, celeryd_init
 
 from wakeful import telemetry
+from wakeful.same_user import closed_to_same_user
 from wakeful.settings import RuntimeSettings, for_process
 from tasks import embedded, redis_clients, redis_guard
 from tasks.celeryconfig import QUEUES, celery_config
@@ -114,6 +115,7 @@ def _at_start(**_kwargs) -> None:
     # Which store and broker, said once at the start (a typo'd or missing URL that leaves a
     # process on the embedded default is then plain to see; no password is shown).
     print(f"wakeful {_celery_role(sys.argv)}: {settings.where()}", file=sys.stderr, flush=True)
+    closed_to_same_user()  # the database URL, the approval secret: no process of its user reads them
     # `wakeful up` and `wakeful demo` do this before starting anything; a process started
     # by hand (celery -A tasks worker) does it too, retrying if it races another. Only the
     # embedded SQLite store is migrated here: PostgreSQL is migrated once, by `wakeful init`

@@ -11,7 +11,6 @@ one of them nothing short of another user stops it (docs/mcp.md)."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -20,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from same_user import without_capabilities_that_read_any_process
+
 PEEKING = str(Path(__file__).parent / "mcp_peeking.py")
-PR_CAPBSET_DROP = 24  # <linux/prctl.h>
-READ_ANY_PROCESS = (19, 21, 38)  # CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON (<linux/capability.h>)
 # The worker: what a worker does at its start (load the config: the stdio server starts and is
 # listed), then one call of the server's tool; prints the tool's answer and its own pid.
 WORKER = """
@@ -34,14 +33,6 @@ cfg = load(sys.argv[1])
 answer = run(cfg.tools["parent_environ"], {}, ToolCall("toolu_1", "parent_environ", "ada", "k"), cfg)
 print(json.dumps({"pid": os.getpid(), "answer": answer}))
 """
-
-
-def _without_capabilities_that_read_any_process() -> None:
-    """In the worker's process before it runs: none of ``READ_ANY_PROCESS`` for it or its
-    children (dropping is refused without CAP_SETPCAP: then there is none to drop)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in READ_ANY_PROCESS:
-        libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
@@ -59,7 +50,7 @@ effect = "read"
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/"), "WAKEFUL_DATABASE_URL": database_url,
            "ANTHROPIC_API_KEY": api_key}
     done = subprocess.run([sys.executable, "-c", WORKER, str(config)], env=env, capture_output=True, text=True,
-                          timeout=120, preexec_fn=_without_capabilities_that_read_any_process, cwd=tmp_path)
+                          timeout=120, preexec_fn=without_capabilities_that_read_any_process, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     worker = json.loads(done.stdout.strip().splitlines()[-1])
     assert not worker["answer"]["is_error"], worker["answer"]

@@ -60,12 +60,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ctypes
 import hashlib
 import json
 import logging
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -77,6 +75,7 @@ from typing import Any
 import jsonschema
 
 from wakeful.settings import SettingsError, read_toml
+from wakeful.same_user import closed_to_same_user
 from wakeful.agent.config import (RESERVED_NAMES, TOOL_NAME, TOOL_SETTINGS, ConfigError, checked_table, positive_int,
                           tool_settings)
 from wakeful.agent.outage import NOT_ACTED_ON, is_transient, retry_after
@@ -97,7 +96,6 @@ CALL_TIMEOUT = 60.0  # seconds for one exchange with a server (a listing, a call
 # What of a tool's definition a table may pin in place of the server's text (what the model
 # reads about the tool besides its name): pinned, it is the operator's, and taints nothing.
 PINNABLE = frozenset({"description", "input_schema"})
-PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 _SERVER_KEYS = {"route", "path", "command", "args", "env", "pass_env", "cwd", "stderr", "prefix", "list_ttl",
                 "timeout", "tools"} | (TOOL_SETTINGS - PINNABLE)
 _TABLE_KEYS = TOOL_SETTINGS
@@ -742,22 +740,6 @@ def startable(source: Any) -> str | None:
             leaf = _leaf(exc)
             why = said[-1] if said else f"{type(leaf).__name__}: {leaf}"
             return f"{s.table}: the server did not start and list its tools ({why[:300]})"
-
-
-def closed_to_same_user() -> None:
-    """Make this process non-dumpable (Linux): its ``/proc/<pid>/environ``, ``mem``, ``fd``
-    ... become root's and ptrace is refused, so a stdio server, a child running as the same
-    user, cannot read the worker's environment (``WAKEFUL_DATABASE_URL``, a key) or memory.
-    The flag is the process's (every thread, and children forked later; an exec'd server gets
-    its own back). It also stops core dumps and same-user debuggers (py-spy, gdb) of this
-    process; root with CAP_SYS_PTRACE (or CAP_SYS_ADMIN, CAP_PERFMON) still reads it
-    (docs/mcp.md, "What a stdio server can reach"). Elsewhere than Linux: nothing."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        log.warning("prctl(PR_SET_DUMPABLE, 0) failed (%s): a stdio MCP server can read this worker's environment",
-                    os.strerror(ctypes.get_errno()))
 
 
 async def _all_tools(client: Any) -> list[Any]:

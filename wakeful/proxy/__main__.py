@@ -12,6 +12,7 @@ import sys
 from wakeful import serving
 
 from wakeful.settings import ProxySettings, RuntimeSettings, SettingsError, refuse
+from wakeful.same_user import closed_to_same_user
 
 from .routes import Route, RoutesError, load
 
@@ -38,6 +39,7 @@ def check_config() -> int:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings, runtime, routes = _started()
+    closed_to_same_user()  # it holds every route's key: no process of its user reads them
     from store import Store
 
     from .app import create_app

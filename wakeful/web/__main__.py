@@ -11,6 +11,7 @@ import logging
 import sys
 
 from wakeful import serving
+from wakeful.same_user import closed_to_same_user
 from wakeful.settings import RuntimeSettings, WebSettings, for_process
 
 
@@ -21,6 +22,7 @@ def main() -> None:
     runtime = for_process(RuntimeSettings, "wakeful web")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     print(f"wakeful web: {runtime.where()}", file=sys.stderr, flush=True)  # as the workers say it
+    closed_to_same_user()  # the approval and webhook secrets: no process of its user reads them
     from store import Store
 
     from .app import create_app
