@@ -36,6 +36,10 @@ policy = "deny"  # the server's default: only the tools configured below are off
 [mcp.parcels.tools.track_parcel]
 policy = "allow"
 effect = "read"
+# Pinned: the text the model reads is this table's, reviewed, not whatever the server lists
+# later (unpinned server text taints the conversation: docs/mcp.md).
+description = "Where a parcel is, by its number"
+input_schema = {{ type = "object", properties = {{ parcel = {{ type = "string" }} }}, required = ["parcel"] }}
 """
 
 
