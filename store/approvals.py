@@ -126,12 +126,14 @@ def answer(conn: Connection, s: StoreSettings, inbox: str, request_id: str, answ
         if expiry is not None:
             timers.fire(conn, s, [expiry], now)
     else:
+        # The answer takes the key the expiry would be stored under: that timer can never
+        # fire anything, so it is done now, not shown live until its deadline. Its row first,
+        # then the event: the order the timer scan takes them in (a deadlock otherwise). A
+        # duplicate answer finds it done already, and an expiry that fired left it done.
+        timers.settle(conn, inbox, timer_id(request_id))
         answered = {"approval": request_id, "answer": answer, "action": row.action}
-        if inbox_rules.insert_event(conn, inbox, SOURCE, request_id,
-                                    answered if by is None else {**answered, "by": by}, now):
-            # The answer holds the key the expiry would be stored under: that timer can never
-            # fire anything, so it is done now, not shown live until its deadline.
-            timers.settle(conn, inbox, timer_id(request_id))
+        inbox_rules.insert_event(conn, inbox, SOURCE, request_id,
+                                 answered if by is None else {**answered, "by": by}, now)
     return standing(conn, inbox, request_id) or ApprovalAnswer.EXPIRED
 
 
