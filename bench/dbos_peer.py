@@ -90,7 +90,7 @@ class Peer:
         self.log = rig.home / "agents-dbos.log"
 
     def start(self) -> subprocess.Popen:
-        from bench.waiting import _root
+        from bench.env import ROOT
 
         ready = self.rig.home / "dbos.ready"
         ready.unlink(missing_ok=True)
@@ -100,7 +100,7 @@ class Peer:
                                           str(ready)],
                                          env=self.rig.env("bench-dbos", BENCH_DBOS_URL=self.url,
                                                           BENCH_DBOS_POLL=str(self.poll)),
-                                         cwd=_root(), stdout=out, stderr=subprocess.STDOUT,
+                                         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         self.rig.procs["dbos"] = self.proc
         deadline = time.monotonic() + 120

@@ -71,14 +71,14 @@ class AgentsPeer:
         self.log = rig.home / "agents-procrastinate.log"
 
     def start(self) -> subprocess.Popen:
-        from bench.waiting import _root
+        from bench.env import ROOT
 
         self.rig.logs["procrastinate"] = self.log
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "bench.procrastinate_peer", "agents",
                                           str(self.concurrency)],
                                          env=self.rig.env("bench-procrastinate", BENCH_PROCRASTINATE_DSN=self.dsn),
-                                         cwd=_root(), stdout=out, stderr=subprocess.STDOUT,
+                                         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         self.rig.procs["procrastinate"] = self.proc
         # Ready when the worker has registered itself (procrastinate_workers), after its listener.

@@ -72,6 +72,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.env import ROOT
+
 SLEEPER = "bench.waiting:sleeper"
 ASYNC_SLEEPER = "bench.waiting:async_sleeper"
 MODEL_KEY = "sk-bench-not-a-real-key-0000"
@@ -399,7 +401,7 @@ class Rig:
         self.logs["model"] = log
         with open(log, "ab") as out:
             self.model = subprocess.Popen([sys.executable, "-m", "wakeful.agent.scripted", str(self.model_port), str(delay)],
-                                          env=self.env("bench-model"), cwd=_root(), stdout=out,
+                                          env=self.env("bench-model"), cwd=ROOT, stdout=out,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           start_new_session=True)
         _wait_http(f"{self.model_url}/_scripted/stats", self.model, log)
@@ -427,15 +429,11 @@ class Rig:
             proc = subprocess.Popen([sys.executable, "-m", "wakeful.proxy"],
                                     env=self.env("bench-proxy", WAKEFUL_AGENT_CONFIG=str(self.config),
                                                  WAKEFUL_PROXY_URL=self.proxy_url, BENCH_MODEL_KEY=MODEL_KEY),
-                                    cwd=_root(), stdout=out, stderr=subprocess.STDOUT,
+                                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs["proxy"] = proc
         _wait_http(f"{self.proxy_url}/healthz", proc, log)
         return proc
-
-
-def _root() -> Path:
-    return Path(__file__).resolve().parent.parent
 
 
 def _free_port() -> int:
@@ -732,7 +730,7 @@ def limit_form(rig: Rig, wait: float, n: int, grants: list[str] | None = None) -
         args = [sys.executable, "-m", "bench.waiting", "limit", f"{rig.proxy_url}/anthropic", str(n), str(gfile)]
     proxy_cpu = tree_cpu_s(rig.procs["proxy"].pid) if grants else 0.0
     with open(log, "ab") as err:
-        out = subprocess.run(args, env=rig.env("bench-limit"), cwd=_root(), stdout=subprocess.PIPE, stderr=err,
+        out = subprocess.run(args, env=rig.env("bench-limit"), cwd=ROOT, stdout=subprocess.PIPE, stderr=err,
                              timeout=wait + 300)
     result = json.loads(out.stdout.decode().strip().splitlines()[-1])
     fig.done, fig.seconds = result["done"], result["seconds"]
