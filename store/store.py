@@ -19,6 +19,7 @@ from . import approvals, inbox as inbox_rules, leases, operator, outbox, steps, 
 from .db import clock, create
 from .dialects import Dialect
 from .approvals import Approvals
+from .console import Console
 from .effects import Effects
 from .grants import Grants
 from .hook_secrets import HookSecrets
@@ -49,6 +50,7 @@ class Store:
         self.hook_secrets = HookSecrets(self.transactions)
         self.spend = Spend(self.transactions)
         self.grants = Grants(self.transactions)
+        self.console = Console(self.transactions)  # the operator's console (docs/console.md)
 
     @classmethod
     def connect(cls, url: str, *, pool_size: int = 2, max_overflow: int = 4, pooler: str = "",

@@ -541,6 +541,15 @@ class WebSettings(_Shared):
     # largest body (WAKEFUL_WEB_MAX_BODY, 1 MiB) needs 100 KiB/s to arrive in 10 s; senders
     # send from data centres, and an approval answer is a few hundred bytes.
     request_timeout: Positive = read_from("WAKEFUL_WEB_REQUEST_TIMEOUT", 10)
+    # The operator's console at /console (docs/console.md): its users, "name:hash"
+    # comma-separated, each hash made by `python -m wakeful.web.console hash NAME` (scrypt: the
+    # environment never holds a password). None: the console is off (404), because it shows
+    # every inbox's events and answers approvals: it needs a login, as Flower does.
+    console_users: Keys = secret(())
+    # A link from each run in the console to its trace: a URL in which {inbox} and
+    # {generation} stand for the run span's wakeful.inbox and wakeful.generation (a search
+    # in Jaeger, Tempo ...). Empty: no link (traces are off unless an exporter is set).
+    console_trace_url: str = ""
 
     @field_validator("webhook_secrets")
     @classmethod

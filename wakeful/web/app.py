@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from wakeful import telemetry
 from wakeful.settings import RuntimeSettings, WebSettings
 
-from . import approvals, ops, receivers
+from . import approvals, console, ops, receivers
 from .access_log import AccessLog
 from .edge import Check, Edge, Ring, runtime_store
 from .hooks import HookSecrets, loader as hook_loader
@@ -79,7 +79,7 @@ def create_app(
     edge.hook_secrets = HookSecrets(hook_loader(lambda: edge.store, settings.secrets_key), edge.clock)
     _warn_global_secrets(settings)
     app = Starlette(
-        routes=[*receivers.routes, *approvals.routes, *ops.routes],
+        routes=[*receivers.routes, *approvals.routes, *ops.routes, *console.routes(settings)],
         exception_handlers={404: _not_found, 405: _method_not_allowed},
         middleware=[Middleware(AccessLog)],
     )
