@@ -31,6 +31,13 @@ and installing it moves Celery back to 5.6, while wakeful is verified on 5.7.
   raises alone goes to the task's ``failed(item, exc)``, which settles it (sent back for later,
   or recorded and dropped at a cap: ``tasks/ingest.py``) or leaves it to be requeued (the
   default). Requeued at once, a message that always raises would come back forever.
+- **Task events** (Flower): Celery sends none for a message its default strategy does not
+  handle, so the batcher sends them itself, per message: ``task-received`` as it is
+  buffered, ``task-started`` as its batch goes to the pool, then ``task-succeeded`` with the
+  batch's return value (the batch's summary), ``task-failed`` when its call raised alone and
+  ``failed()`` settled it, or ``task-retried`` when it is requeued. Not for a message without
+  arguments: that is one of beat's ticks, which Flower never lists (tasks/celeryconfig.py,
+  ``HOUSEKEEPING``); nor when the task's ``send_events`` is off.
 - **Without an event loop** (the embedded broker's polling transport, where Celery applies a
   changed prefetch only between polls of up to 2 s) every message is its own batch, flushed at
   once and lent nothing, as for any task. Batches are for Redis.
@@ -47,6 +54,7 @@ from typing import Any
 
 from celery import Task, states
 from celery.exceptions import InvalidTaskError
+from celery.utils.saferepr import saferepr
 from celery.utils.time import maybe_iso8601
 
 from wakeful import telemetry
@@ -68,6 +76,16 @@ class BatchItem:
     # Where the rpc:// result backend (RabbitMQ's default) sends a result the caller asked for.
     reply_to: str | None = None
     correlation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What became of one message of a batch, sent back from the pool process: acked (else
+    requeued), with the batch's return value shown, or the error of its call alone."""
+
+    acked: bool
+    result: str | None = None
+    error: str | None = None
 
 
 class BatchTask(Task):
@@ -99,31 +117,30 @@ def batch_span(name: str, items: list[BatchItem]) -> Any:
                           attributes={"messaging.batch.message_count": len(items)})
 
 
-def run_batch(name: str, items: list[BatchItem]) -> list[bool]:
-    """In the pool process: the task's ``run`` on the batch. Per message, whether it is
-    settled (acked) rather than requeued."""
+def run_batch(name: str, items: list[BatchItem]) -> list[Settled]:
+    """In the pool process: the task's ``run`` on the batch. Per message, what became of it."""
     from celery import current_app
 
     task = current_app.tasks[name]
     try:
-        task.run(items)
-        return [True] * len(items)
+        shown = saferepr(task.run(items), task.resultrepr_maxsize)
+        return [Settled(True, result=shown)] * len(items)
     except Exception:  # noqa: BLE001 - find the message that raised, below; say why here
         log.exception("batch of %d %s messages raised; running them one at a time", len(items), name)
     return [_alone(task, item) for item in items]
 
 
-def _alone(task: Any, item: BatchItem) -> bool:
+def _alone(task: Any, item: BatchItem) -> Settled:
     try:
-        task.run([item])
-        return True
+        return Settled(True, result=saferepr(task.run([item]), task.resultrepr_maxsize))
     except Exception as exc:  # noqa: BLE001 - the task's failed() decides; nothing is lost
         log.exception("%s message %s raised on its own", task.name, item.id)
+        error = saferepr(exc, task.resultrepr_maxsize)
         try:
-            return bool(task.failed(item, exc))
+            return Settled(bool(task.failed(item, exc)), error=error)
         except Exception:  # noqa: BLE001
             log.exception("%s message %s: failed() raised too; it is requeued", task.name, item.id)
-            return False
+            return Settled(False, error=error)
 
 
 def mark_done(backend: Any, done: list[tuple[BatchItem, Any]]) -> None:
@@ -179,6 +196,7 @@ class _Batcher:
         if reason is not None:
             raise InvalidTaskError(f"{self.task.name}: {reason}")
         item, due = _item(message)
+        self._report("task-received", item, name=self.task.name, **_as_received(item))
         lend = self.batching and self._lend()
         if due > time.time():  # handed back with a countdown: buffered when due
             self.consumer.qos.increment_eventually()
@@ -232,24 +250,35 @@ class _Batcher:
             return
         with self.lock:
             self.in_flight += 1
+        for item, _, _ in batch:
+            self._report("task-started", item)
+        began = time.monotonic()
         self.consumer.pool.apply_async(
             run_batch, (self.task.name, [item for item, _, _ in batch]),
-            callback=lambda settled: self._settle(batch, settled),
-            error_callback=lambda exc: self._lost(batch, exc))
+            callback=lambda settled: self._settle(batch, settled, began),
+            error_callback=lambda exc: self._lost(batch, exc, began))
 
-    def _lost(self, batch: list[Any], exc: Any) -> None:
+    def _lost(self, batch: list[Any], exc: Any, began: float) -> None:
         log.warning("a batch's pool process was lost (%s); its messages are requeued", exc)
-        self._settle(batch, [False] * len(batch))
+        lost = Settled(False, error=f"its pool process was lost: {exc!r}")
+        self._settle(batch, [lost] * len(batch), began)
 
-    def _settle(self, batch: list[Any], settled: Any) -> None:
-        if not isinstance(settled, list) or len(settled) != len(batch):  # never leave one unsettled
-            settled = [False] * len(batch)
+    def _settle(self, batch: list[Any], settled: Any, began: float) -> None:
+        if (not isinstance(settled, list) or len(settled) != len(batch)
+                or not all(isinstance(s, Settled) for s in settled)):  # never leave one unsettled
+            settled = [Settled(False, error="the batch's call returned no outcome per message")] * len(batch)
         errors = self.consumer.connection_errors
-        for (_, message, _), done in zip(batch, settled):
-            if done is True:
-                message.ack_log_error(log, errors)
-            else:
+        runtime = time.monotonic() - began
+        for (item, message, _), done in zip(batch, settled):
+            if not done.acked:
                 message.reject_log_error(log, errors, requeue=True)
+                self._report("task-retried", item, exception=done.error, traceback=None)
+                continue
+            message.ack_log_error(log, errors)
+            if done.error is not None:  # its call raised alone; failed() settled it
+                self._report("task-failed", item, exception=done.error, traceback=None)
+            else:
+                self._report("task-succeeded", item, result=done.result, runtime=runtime)
         repaid = sum(1 for _, _, lent in batch if lent)
         if repaid:
             with self.lock:
@@ -260,6 +289,33 @@ class _Batcher:
             waiting = bool(self.buffer)
         if waiting:
             self.flush()
+
+    def _report(self, kind: str, item: BatchItem, **fields: Any) -> None:
+        """A task event for this message, as the worker sends one for any task's (Flower
+        lists them); none for one of beat's ticks, which names nothing to look at."""
+        dispatcher = getattr(self.consumer, "event_dispatcher", None)
+        if (dispatcher is None or not dispatcher.enabled or not self.task.send_events
+                or not (item.args or item.kwargs)):
+            return
+        try:
+            dispatcher.send(kind, uuid=item.id, **fields)
+        except Exception as exc:  # noqa: BLE001 - monitoring never costs a message
+            log.warning("%s event for %s not sent (%s: %s)", kind, item.id, type(exc).__name__, exc)
+
+
+def _as_received(item: BatchItem) -> dict[str, Any]:
+    """The fields of the ``task-received`` event Celery sends for a message. Its arguments as
+    Celery shows them: the sender's ``argsrepr``/``kwargsrepr`` (a sender may mask what it
+    passes), else their repr, cut as Celery cuts them."""
+    headers = item.headers
+    fields: dict[str, Any] = {name: value if isinstance(value, str) else None
+                              for name in ("root_id", "parent_id", "eta", "expires")
+                              for value in [headers.get(name)]}
+    fields["retries"] = headers.get("retries") if isinstance(headers.get("retries"), int) else 0
+    for name, value in (("args", item.args), ("kwargs", item.kwargs)):
+        given = headers.get(f"{name}repr")
+        fields[name] = given if isinstance(given, str) else saferepr(value, 1024)
+    return fields
 
 
 def _item(message: Any) -> tuple[BatchItem, float]:

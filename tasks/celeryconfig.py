@@ -35,6 +35,12 @@ ROUTES = {
     "wakeful.dispatch_outbox": {"queue": OUTBOX_QUEUE},
 }
 
+# Beat's housekeeping, which Flower never lists (docs/operating.md "Flower"): a timer scan
+# every 5 s buried an evening's runs within a minute. Every message of these is a tick, or
+# (execute_effects) a ring whose result comes back as an event, so as a run; they send no
+# task events. A batch task's tick (dispatch_outbox's) is kept quiet by tasks/batches.py.
+HOUSEKEEPING = ("wakeful.scan_timers", "wakeful.sweep", "wakeful.purge", "wakeful.execute_effects")
+
 
 def celery_config(s: RuntimeSettings) -> dict[str, Any]:
     from beat_schedule import beat_schedule
@@ -65,7 +71,13 @@ def celery_config(s: RuntimeSettings) -> dict[str, Any]:
         "task_routes": ROUTES,
         # An agent run's time limits (SoftTimeLimitExceeded fails the current run, with backoff).
         "task_annotations": {"wakeful.run_inbox": {"soft_time_limit": s.run_time_limit,
-                                                   "time_limit": s.hard_time_limit}},
+                                                   "time_limit": s.hard_time_limit},
+                             **{name: {"send_events": False} for name in HOUSEKEEPING}},
+        # No "task-sent" (Celery's default): Flower lists a message once a worker takes it,
+        # and every row it lists reaches an outcome. With it, each beat tick and each batch
+        # task's message stayed PENDING forever (no worker event followed); what is waiting
+        # is the store's to say (`wakeful status`).
+        "task_send_sent_event": False,
         "task_create_missing_queues": True,
         # Records and drops invalid, unknown and undecodable messages instead of exiting
         # (tasks/guard.py; celery#7975).
@@ -92,7 +104,7 @@ def celery_config(s: RuntimeSettings) -> dict[str, Any]:
     if s.embedded_broker:
         config.update(_embedded(s))
     else:
-        config.update({"worker_send_task_events": s.task_events, "task_send_sent_event": s.task_events})
+        config["worker_send_task_events"] = s.task_events
     if s.redis_broker:
         config.update(_redis(s))
     return config
@@ -130,6 +142,5 @@ def _embedded(s: RuntimeSettings) -> dict[str, Any]:
         # No fanout on this transport: no remote control, gossip, mingle or task events.
         "worker_enable_remote_control": False,
         "worker_send_task_events": False,
-        "task_send_sent_event": False,
         "database_engine_options": {"connect_args": {"timeout": 15}},
     }

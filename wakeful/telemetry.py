@@ -6,9 +6,11 @@ it without importing each other (the Celery instrumentation is wired in tasks/ap
 alone). Each process calls ``setup(role)`` once; every other function here is a no-op until a
 setup succeeded.
 
-**Off unless an exporter is configured**: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (OTLP over HTTP/protobuf), unless
-``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none``. Off, the SDK is never imported
+**Off unless an exporter is configured**: ``OTEL_TRACES_EXPORTER`` as the OpenTelemetry
+spec reads it (``otlp``: OTLP over HTTP/protobuf; ``console``: each span a JSON line on
+stderr; a comma-separated list; ``none``: off), except that unset it means ``otlp`` only
+when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set;
+``OTEL_SDK_DISABLED=true`` turns everything off. Off, the SDK is never imported
 and ``span()`` yields a shared non-recording span without touching the context: a function
 call and a flag test per span. The tests' exporter (``WAKEFUL_TRACES_TEST_DIR``) writes each
 process's spans as JSON lines to a file of its own in that directory.
@@ -44,18 +46,31 @@ _lock = threading.Lock()
 _active = False  # a provider is installed in this process
 
 
-def wanted(env: Mapping[str, str] | None = None) -> str | None:
-    """Which exporter the environment configures: ``"otlp"``, ``"test"`` or None (off)."""
+# What OTEL_TRACES_EXPORTER may name here ("none" besides); the spec's zipkin is not shipped.
+EXPORTERS = ("otlp", "console")
+
+
+def wanted(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The exporters the environment configures, in order (``()``: traces off): those
+    ``OTEL_TRACES_EXPORTER`` names, or unset, ``otlp`` when an OTLP endpoint is set (not the
+    spec's default otlp to localhost: a user who configured nothing gets no traces, not an
+    export refused every few seconds); ``test`` for ``WAKEFUL_TRACES_TEST_DIR``, instead of
+    that default. A name not shipped stops the process at its start (SystemExit, one line)."""
     env = os.environ if env is None else env
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return None
-    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
-        return None
-    if env.get(TEST_DIR_ENV, "").strip():
-        return "test"
-    if any(env.get(name, "").strip() for name in ENDPOINT_ENVS):
-        return "otlp"
-    return None
+        return ()
+    named = [name.strip().lower() for name in env.get("OTEL_TRACES_EXPORTER", "").split(",") if name.strip()]
+    if "none" in named:
+        return ()
+    unknown = [name for name in named if name not in EXPORTERS]
+    if unknown:
+        raise SystemExit(f"wakeful: OTEL_TRACES_EXPORTER={','.join(unknown)!r} is not supported; "
+                         "use otlp, console or none (a comma-separated list)")
+    if env.get(TEST_DIR_ENV, "").strip():  # the tests' exporter stands in for the default
+        return tuple(dict.fromkeys([*named, "test"]))
+    if not named and any(env.get(name, "").strip() for name in ENDPOINT_ENVS):
+        named = ["otlp"]
+    return tuple(dict.fromkeys(named))
 
 
 def setup(role: str) -> bool:
@@ -63,8 +78,8 @@ def setup(role: str) -> bool:
     are on (now or by an earlier call: the first role wins). ``role`` names the process in
     ``service.name`` (``wakeful-{role}``) unless ``OTEL_SERVICE_NAME`` does."""
     global _active
-    kind = wanted()
-    if kind is None:
+    kinds = wanted()
+    if not kinds:
         return False
     with _lock:
         if _active:
@@ -74,19 +89,26 @@ def setup(role: str) -> bool:
 
         names = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": f"wakeful-{role}"}
         provider = TracerProvider(resource=Resource.create({**names, "wakeful.role": role}))
-        provider.add_span_processor(_processor(kind, role))
+        for kind in kinds:
+            provider.add_span_processor(_processor(kind, role))
         trace.set_tracer_provider(provider)
         _active = True
         return True
 
 
 def _processor(kind: str, role: str) -> Any:
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
 
     if kind == "test":
         # Written as each span ends: a test reads them while the processes run, and a
         # process killed at the end loses nothing.
         return SimpleSpanProcessor(JsonLinesExporter(os.environ[TEST_DIR_ENV], role))
+    if kind == "console":
+        # On stderr, where the process logs, not the SDK's stdout: a command's stdout is its
+        # output (``wakeful status --json``). One line per span, printed as it ends, so it
+        # reads and greps beside the log lines of the same moment.
+        return SimpleSpanProcessor(ConsoleSpanExporter(
+            out=sys.stderr, formatter=lambda span: span.to_json(indent=None) + os.linesep))
     protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                 or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
     if protocol != "http/protobuf":

@@ -28,12 +28,12 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_which_exporter_the_environment_asks_for() -> None:
-    assert telemetry.wanted({}) is None
-    assert telemetry.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) == "otlp"
-    assert telemetry.wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}) == "otlp"
-    assert telemetry.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}) is None
-    assert telemetry.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}) is None
-    assert telemetry.wanted({telemetry.TEST_DIR_ENV: "/tmp/x"}) == "test"
+    assert telemetry.wanted({}) == ()
+    assert telemetry.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) == ("otlp",)
+    assert telemetry.wanted({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"}) == ("otlp",)
+    assert telemetry.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}) == ()
+    assert telemetry.wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}) == ()
+    assert telemetry.wanted({telemetry.TEST_DIR_ENV: "/tmp/x"}) == ("test",)
 
 
 def test_off_by_default_no_sdk_is_loaded(tmp_path: Path) -> None:

@@ -39,7 +39,11 @@ def _stack(tmp_path: Path, database_url: str, redis_db: int, **overrides: str) -
     s = Stack(tmp_path / "home", database_url, f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_db}",
               overrides={"WAKEFUL_SWEEP_INTERVAL": "0.5", **overrides})
     control, beat = s.control(), s.beat()
-    s.ready(control, beat)
+    try:
+        s.ready(control, beat)
+    except BaseException:
+        s.close()  # else its beat ticks on into the Redis database the next test reserves
+        raise
     return s
 
 

@@ -33,9 +33,11 @@ def stack(pg_url: str, redis_db: int, tmp_path: Path) -> Iterator[Stack]:
     s = Stack(tmp_path / "home", pg_url, f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_db}",
               overrides={"WAKEFUL_SWEEP_INTERVAL": "0.5"})
     control, beat = s.control(), s.beat()
-    s.ready(control, beat)
-    yield s
-    s.close()
+    try:
+        s.ready(control, beat)
+        yield s
+    finally:
+        s.close()  # also when it never came up: else its beat ticks on into the next test's Redis database
 
 
 def _assert_phase(s: Stack, phase: Callable[[Stack], dict[str, int]]) -> None:
