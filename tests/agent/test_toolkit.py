@@ -4,6 +4,8 @@ each rule is visible; tests/agent/test_toolkit_processes.py runs them in worker 
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,8 @@ class Loop:
                 self.store.release(inbox, "w", gen)
                 return
             outcome = self.agent(Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True))
+            if inspect.isawaitable(outcome):  # an async loop (Pydantic AI's), awaited as the runtime does
+                outcome = asyncio.run(outcome)
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome)
             self.store.release(inbox, "w", gen)
             execute_runnable(self.store, self.cfg, inbox)

@@ -91,12 +91,14 @@ def test_a_kit_loops_http_tools_go_through_the_proxy_under_its_grants(make_clust
     with proxied(custom_loop_cluster, tmp_path, tool_log, "sk-ant-" + secrets.token_hex(12), token) as setup:
         c, shop = setup.cluster, setup.shop
         c.ingest("ada", "chat", "1", {"text": 'call lookup_order {"order": 7}'})
-        _said(c, "ada", "lookup_order: <untrusted tool=\"lookup_order\"")
+        [said] = _said(c, "ada", "lookup_order: ")
+        assert "<untrusted" not in said  # the wrapper the model read is not what the person reads
         c.ingest("ada", "chat", "2", {"text": 'call refund {"order": 7}'})
         [asked] = c.wait(lambda: c.store.effects.view("ada"), "the refund asked")
         assert asked.status == "asked" and not [p for p in shop.paths() if p.startswith("/shop/refunds")]
         assert c.store.answer_approval("ada", asked.tool_use_id, "yes") == "yes"
-        _said(c, "ada", "refund: <untrusted")  # the loop read the shop's answer back
+        c.wait(lambda: [r.body for r in c.store.outbox("ada") if "refund: " in r.body  # the shop's answer read back
+                        and "waiting for your yes" not in r.body], "the refund's result said")
         c.ingest("ada", "chat", "3", {"text": "thanks"})
         c.wait(lambda: c.settled("ada", 5), "every event settled")
     refunds = [r for r in shop.requests if r.path.startswith("/shop/refunds")]

@@ -1,31 +1,46 @@
-"""An agent loop on Pydantic AI whose tool calls go through wakeful's tool kit (docs/agent.md).
+"""A Pydantic AI agent whose tool calls wakeful decides (docs/pydantic_ai.md).
 
     WAKEFUL_AGENT=wakeful.examples.pydantic_ai_loop:agent
     WAKEFUL_AGENT_CONFIG=agent.toml        # its [tools.*] tables become Pydantic AI tools
 
-Pydantic AI runs the conversation; wakeful decides every tool call. Each configured tool is
-a Pydantic AI tool whose function is ``kit.use``: a refused call or an allowed read answers
-at once; a write is proposed as an effect and raises ``CallDeferred``, so the agent run ends
-with ``DeferredToolRequests`` (Pydantic AI's "deferred tools"). The fenced finish commits the
-effect; the executor runs it once (after a human's yes when it asks); its result wakes the
-inbox, and the next run hands it back to Pydantic AI as ``DeferredToolResults`` with the
-stored message history. Nothing of Pydantic AI's state lives in the process: the history is
-in the inbox's memory, written by the finish.
+Pydantic AI runs the loop (``agent.run``); :func:`wakeful.integrations.pydantic_ai.agent_for`
+gives it the config's tools, decides each call through the tool kit (a write raises
+``CallDeferred``: the run ends with ``DeferredToolRequests``), keeps the message history in
+the inbox's memory (written by the fenced finish) and hands the write's result, or a human's
+no, back as ``DeferredToolResults`` in a later run.
 
 The model is Pydantic AI's ``FunctionModel`` around :func:`scripted_model`, so the example
-runs offline; give the Agent a real model (``"anthropic:claude-..."``, through
-``wakeful proxy`` so the worker holds no key) and nothing else changes.
+runs offline: a line ``call NAME {json}`` in the user's text is a tool call
+(``examples.custom_loop.plan``), tool returns are answered with their text (``NAME: content``
+lines), anything else with "noted".
+
+A real model, through ``wakeful proxy`` so the worker holds no key: add to the config ::
+
+    [routes.anthropic]
+    upstream = "https://api.anthropic.com"
+    secret_env = "ANTHROPIC_API_KEY"   # in the proxy's environment only
+    header = "x-api-key"
+    allow = ["POST /v1/messages"]
+
+and build the Agent with ``proxied_model(kit, "anthropic:claude-sonnet-4-5")``
+(wakeful.integrations.pydantic_ai: an ``AnthropicModel`` whose client's base URL is the
+proxy's ``anthropic`` route and whose key is this run's grant, dead once the lease is;
+``"openai:gpt-4.1"`` through a ``[routes.openai]`` the same way)::
+
+    def errands(kit: Toolkit) -> Agent:
+        return Agent(proxied_model(kit, "anthropic:claude-sonnet-4-5"), instructions=kit.config.system)
+
+Instructions, model settings, an output type: all as usual. Tools are not given to the
+Agent: they are the config's, and only those.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic_ai import Agent, RunContext, Tool
-from pydantic_ai.exceptions import CallDeferred
+from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -34,13 +49,10 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from wakeful import Outcome, Run, Toolkit
+from wakeful import Toolkit
 from wakeful.examples.custom_loop import plan
-
-HISTORY = "pydantic_ai"  # memory: the message history, as Pydantic AI serialises it
-WAITING = "pydantic_ai_waiting"  # memory: results and new text kept until every deferred call is back
+from wakeful.integrations.pydantic_ai import agent_for
 
 
 def scripted_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -55,45 +67,10 @@ def scripted_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRespon
     return ModelResponse(parts=calls or [TextPart("noted")])
 
 
-def kit_tools(kit: Toolkit) -> list[Tool[Any]]:
-    """The config's tools as Pydantic AI tools, each call decided and run by the kit."""
-
-    def tool(spec: dict[str, Any]) -> Tool[Any]:
-        def call(ctx: RunContext[Any], **args: Any) -> str:
-            use = kit.use(spec["name"], args, tool_use_id=ctx.tool_call_id)
-            if use.waiting:  # a write: committed by the finish, run by the executor, result later
-                raise CallDeferred(metadata={"status": use.status})
-            return use.content  # a read's answer (wrapped as data unless trusted), or why it was refused
-
-        # The kit checks the input against the schema (the policy does): Pydantic AI passes it on.
-        return Tool.from_schema(call, name=spec["name"], description=spec["description"],
-                                json_schema=spec["input_schema"], takes_ctx=True)
-
-    return [tool(spec) for spec in kit.offered()]
+def errands(kit: Toolkit) -> Agent[Any, str]:
+    """This run's Agent: the config's system prompt, the stand-in model (no tools here:
+    agent_for adds the config's)."""
+    return Agent(FunctionModel(scripted_model), instructions=kit.config.system or None)
 
 
-def agent(run: Run) -> Outcome:
-    kit = Toolkit(run)
-    waiting = run.memory.get(WAITING) or {"results": {}, "prompt": []}
-    results = {**waiting["results"], **{r.tool_use_id: r.content for r in kit.results if r.final}}
-    prompt = waiting["prompt"] + [kit.text(event) for event in kit.events]
-    if kit.waiting:  # Pydantic AI takes the deferred results all at once: keep these until then
-        return kit.outcome(memory={WAITING: {"results": results, "prompt": prompt}})
-    history: list[ModelMessage] = ModelMessagesTypeAdapter.validate_python(run.memory.get(HISTORY) or [])
-    bot = Agent(FunctionModel(scripted_model), tools=kit_tools(kit), output_type=[str, DeferredToolRequests])
-    said: list[str] = []
-    if results:  # the writes of an earlier run are back: the model reads their results
-        history = _turn(bot, history, said, deferred_tool_results=DeferredToolResults(calls=results))
-    if prompt and not kit.waiting:
-        history = _turn(bot, history, said, user_prompt="\n\n".join(prompt))
-        prompt = []
-    return kit.outcome(messages=["\n".join(said)] if said else [],
-                       memory={HISTORY: ModelMessagesTypeAdapter.dump_python(history, mode="json"),
-                               WAITING: {"results": {}, "prompt": prompt}})
-
-
-def _turn(bot: Agent[Any, Any], history: list[ModelMessage], said: list[str], **request: Any) -> list[ModelMessage]:
-    result = bot.run_sync(message_history=history, **request)
-    if isinstance(result.output, str):
-        said.append(result.output)
-    return result.all_messages()
+agent = agent_for(errands)
