@@ -28,8 +28,12 @@ def test_the_core_scenarios_run_through_pgbouncer(make_cluster, pg_url: str) -> 
         c.ingest("cy", "chat", "t-0", {"text": "tick", "every": 1, "timer_id": "t", "silent": True})
         c.wait(lambda: c.settled("ann", 4) and c.settled("bo", 2), "the burst and the poison settled", timeout=60)
         assert [len(r.event_ids) for r in c.store.operator.run_log("ann")] == [1, 3]
-        assert {e.source_id: (e.status, e.attempts) for e in c.store.events("bo")} == {
-            "p-1": ("dead", 3), "h-1": ("done", 2)}
+        # The healthy neighbour is done: at its second attempt when the first claim took it
+        # beside the poison (the usual case), at its first when it arrived after that claim (a
+        # loaded box): either way the poison alone is dead, at the cap.
+        events = {e.source_id: e for e in c.store.events("bo")}
+        assert (events["p-1"].status, events["p-1"].attempts) == ("dead", 3)
+        assert events["h-1"].status == "done" and events["h-1"].attempts in (1, 2)
         c.wait(lambda: len([e for e in c.store.events("cy") if e.source == "timer" and e.status == "done"]) >= 2,
                "two timer ticks")
         c.store.cancel_timer("cy", "t")
