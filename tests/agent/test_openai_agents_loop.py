@@ -27,7 +27,7 @@ import pytest
 import wakeful.agent.config as config_module
 from agent_support import agent_env, calls
 from store import Outcome, Store
-from wakeful.agent import Run
+from wakeful.agent import Run, core
 from wakeful.agent.config import AgentConfig
 from wakeful.agent.effects import execute_runnable
 from wakeful.examples import openai_agents_loop
@@ -285,9 +285,9 @@ def test_the_stand_in_model_answers_streamed_runs_too() -> None:
 
 
 def test_held_text_keeps_the_newest_within_its_budget() -> None:
-    assert openai_agents._held(["a" * 10, "b" * 10, "c" * 10], 25) == [
+    assert core.held_while_waiting(["a" * 10, "b" * 10, "c" * 10], 25) == [
         "(1 earlier messages were dropped while a tool call was out)", "b" * 10, "c" * 10]
-    assert openai_agents._held(["x" * 100], 10) == ["x" * 100]  # the newest is kept whole
+    assert core.held_while_waiting(["x" * 100], 10) == ["x" * 100]  # the newest is kept whole
 
 
 def test_the_proxied_model_carries_the_runs_grant_never_a_key(configured: Any, monkeypatch: pytest.MonkeyPatch) -> None:

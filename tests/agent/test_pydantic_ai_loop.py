@@ -45,7 +45,7 @@ from pydantic_ai.usage import RequestUsage
 import wakeful.agent.config as config_module
 from agent_support import agent_env, calls
 from store import Outcome, Store
-from wakeful.agent import LeaseLost, Run, TryLater
+from wakeful.agent import LeaseLost, Run, TryLater, core
 from wakeful.agent.config import AgentConfig
 from wakeful.agent.effects import execute_runnable
 from wakeful.examples import pydantic_ai_loop
@@ -437,9 +437,9 @@ def test_the_example_agent_pickles_for_a_run_apart(store: Store, configured: Any
 
 
 def test_held_and_trimmed_helpers() -> None:
-    assert integration._held(["a" * 10, "b" * 10, "c" * 10], 25) == [
+    assert core.held_while_waiting(["a" * 10, "b" * 10, "c" * 10], 25) == [
         "(1 earlier messages were dropped while a tool call was out)", "b" * 10, "c" * 10]
-    assert integration._held(["x" * 100], 10) == ["x" * 100]  # the newest is kept whole
+    assert core.held_while_waiting(["x" * 100], 10) == ["x" * 100]  # the newest is kept whole
     big = [ModelRequest(parts=[UserPromptPart("q" * 500)]), ModelResponse(parts=[TextPart("a" * 500)])]
     assert integration._trimmed(big, 10) == big  # the latest exchange, whatever its size
 

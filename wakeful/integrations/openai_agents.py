@@ -73,6 +73,7 @@ from agents.run_error_handlers import RunErrorHandlerInput, RunErrorHandlerResul
 from store.records import Outcome
 from store.spend import Usage
 from wakeful.agent.config import RUN_GRANT_TTL
+from wakeful.agent import core
 from wakeful.agent.kit import Toolkit, ToolUse
 from wakeful.agent.policy import RUNTIME_TOOLS
 from wakeful.agent.run import Run
@@ -146,7 +147,7 @@ class _Wake:
         kept = kit.run.memory.get(self.memory_key) or {}
         history: list[Any] = list(kept.get("history") or [])
         state: dict[str, Any] | None = kept.get("state")
-        prompt = _held(list(kept.get("prompt") or []) + [kit.text(e) for e in kit.events],
+        prompt = core.held_while_waiting(list(kept.get("prompt") or []) + [kit.text(e) for e in kit.events],
                        kit.config.conversation_budget // 2)
         back = {r.tool_use_id: r for r in kit.results if r.final}  # "approved": its result comes later
         said: list[str] = []
@@ -345,20 +346,6 @@ def _trimmed(history: list[Any], budget: int) -> list[Any]:
         total -= sizes[first]
         first += 1
     return history[starts[first]:] if first else history
-
-
-def _held(prompt: list[str], budget: int) -> list[str]:
-    """Text kept while the SDK's run waits: the newest ``budget`` characters of it, whole
-    messages, with a note when older ones were dropped."""
-    kept: list[str] = []
-    size = 0
-    for text in reversed(prompt):
-        if kept and size + len(text) > budget:
-            break
-        kept.insert(0, text)
-        size += len(text)
-    dropped = len(prompt) - len(kept)
-    return ([f"({dropped} earlier messages were dropped while a tool call was out)"] if dropped else []) + kept
 
 
 # -- a real model through the egress proxy --------------------------------------------------
