@@ -16,7 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from wakeful.agent import BudgetReached, Run
-from wakeful.agent.claude import BUDGET_TIMER, ClaudeRun
+from wakeful.agent.claude import ClaudeRun
+from wakeful.agent.core import BUDGET_TIMER
 from wakeful.agent.config import ConfigError, load, parse
 from wakeful.agent.scripted import ScriptedModel
 from store import Outcome, Store

@@ -16,7 +16,10 @@ their framework's own test model). What each inbox shows:
 - ``taint``: a stranger's text (``mail`` is not trusted) turns an allowed write into an ask;
 - ``reply``: the answer to a person's message is a ``reply`` (sent inside the outbox gap)
   without the ``<untrusted>`` wrapper the loop's input carried;
-- ``wake``: ``schedule_wake`` within ``[wakes]``'s limits wakes the inbox once.
+- ``wake``: ``schedule_wake`` within ``[wakes]``'s limits wakes the inbox once;
+- ``budget``: with the inbox's day spent, no model call (the tool a model would call never
+  runs), the store's notice the only message, the resume timer set for the next UTC day
+  (tests/agent/test_budget_kit.py and test_budgets_loop.py answer the kept input then).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from typing import Any
 import pytest
 
 from agent_support import ORDER_SCHEMA, agent_env, calls
+from store.spend import DEFAULT_NOTICE, Usage
+from wakeful.agent import core
+from wakeful.agent.config import load
 from wakeful.agent.scripted import ScriptedModel
 
 LOOPS = {
@@ -84,6 +90,9 @@ effect = "write"
 [wakes]
 policy = "allow"
 min_delay = 1
+
+[budget]
+inbox_tokens_per_day = 1000000
 """
 
 
@@ -106,6 +115,9 @@ def test_every_loop_keeps_wakefuls_guarantees(loop: str, make_cluster: Any, mode
     said = {"route": 'call refund {"order": 1}', "deny": 'call wipe {"order": 2}',
             "expire": 'call refund_soon {"order": 3}', "reply": 'call lookup {"order": 5}',
             "wake": 'call schedule_wake {"after_seconds": 1, "note": "look again"}'}
+    budget = load(config).budget
+    c.store.spend.count("budget", budget, Usage("claude-scripted", budget.inbox_tokens or 0))  # its day spent
+    said["budget"] = 'call lookup {"order": 6}'
     for inbox, text in said.items():
         c.ingest(inbox, "chat", "1", {"text": text})
     c.ingest("taint", "mail", "1", {"text": 'call note {"order": 4}'})
@@ -146,3 +158,9 @@ def test_every_loop_keeps_wakefuls_guarantees(loop: str, make_cluster: Any, mode
     assert len(woke) == 1 and json.dumps(woke[0].payload).count("look again") == 1
     [timer] = c.store.timers("wake")
     assert timer.done
+
+    # budget: the day spent, no model call; told once; woken when the next day's budget starts.
+    c.wait(lambda: c.settled("budget", 1), "budget: settled")
+    assert _bodies(c, "budget") == [DEFAULT_NOTICE] and _ran(tool_log, "budget") == []
+    [resume] = c.store.timers("budget")
+    assert resume.id == core.BUDGET_TIMER and not resume.done

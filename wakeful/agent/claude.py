@@ -51,8 +51,6 @@ from wakeful.agent.tool import ToolCall
 log = logging.getLogger("wakeful.agent.claude")
 LOG_KEY = "claude_runs"  # memory: the last runs' model calls, tokens and tool decisions
 LOG_KEEP = 50
-# A run that met the daily budget wakes its inbox with this timer when the next day's starts.
-BUDGET_TIMER = "wakeful-budget-resumes"
 
 _lock = threading.Lock()
 _loaded: tuple[AgentConfig, Any] | None = None
@@ -170,7 +168,7 @@ class ClaudeRun:
             self.convo.owner_waiting = False  # answered
         # Budget reached: the input stays in the conversation, answered when the next day's
         # budget wakes the inbox (docs/agent.md, "Budgets").
-        resume = [Timer(BUDGET_TIMER, {"budget": "resumes"}, due=self.resumes_at)] if self.resumes_at else []
+        resume = core.resume_timer(self.resumes_at)
         return Outcome(messages=messages, effects=self.effects, answered=self.answered,
                        timers=self.wake_book.timers + resume, cancel_timers=self.wake_book.cancelled,
                        memory={MEMORY_KEY: self.convo.state(self.cfg.conversation_budget),
@@ -188,7 +186,7 @@ class ClaudeRun:
                 self.convo.result(event.source_id, content, bool(payload.get("is_error")))
             elif event.source == "approval" and self.convo.waiting.get(event.source_id) == "ask":
                 self._answer(event.source_id, str(payload.get("answer")))
-            elif event.source == "timer" and event.source_id.startswith(f"{BUDGET_TIMER}@"):
+            elif core.budget_resumed(event):
                 pass  # a wake only: the held input is answered now the budget resumed
             elif event.source in ("tool", "approval"):
                 log.info("inbox %r: %s/%s is for no tool use this conversation waits for; ignored",

@@ -21,6 +21,12 @@ code (wakeful/agent/policy.py, wakeful/agent/tools.py, wakeful/agent/effects.py)
 - in a later run, ``results`` holds what came back for earlier uses: an effect's result
   (source ``tool``) or the human's answer (source ``approval``: yes, the effect runs after
   this run's finish; no or expired, it never runs);
+- budgets: call ``model_call()`` (``amodel_call()`` in an async loop) before each model
+  call and ``spent(usage)`` after it. Once the day's ``[budget]`` is spent it raises
+  ``BudgetReached`` (the store tells the inbox's user, once a day): make no call, and end
+  the run with ``kit.stopped(reached)``. Nothing that run proposed, said or stored stands
+  (your state stays as the run found it); the events and results it read come again, in
+  ``events`` and ``results``, in the run a timer starts when the next day's budget does;
 - ``outcome(...)`` returns your Outcome with the proposed effects, the answers read (which
   the finish settles) and the kit's state in memory. A fenced run's Outcome is refused by
   the store, so nothing it proposed ever runs.
@@ -35,21 +41,23 @@ Pydantic AI (wakeful/examples/).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from store import Effect, Event, Message, Outcome
 from store.effects import idempotency_key
+from store.spend import Usage
 
 from wakeful.agent import core, policy, tools, wakes
 from wakeful.agent.config import RUN_GRANT_TTL, AgentConfig, current
 from wakeful.agent.conversation import Conversation
 from wakeful.agent.effects import refuse_unrunnable
-from wakeful.agent.run import Run
+from wakeful.agent.run import BudgetReached, Run
 from wakeful.agent.tool import Tool, ToolCall
 
 __all__ = ["ToolResult", "ToolUse", "Toolkit"]
@@ -113,9 +121,14 @@ class Toolkit:
         self._count = policy.RunCount()  # this run's tool uses and approvals, against [limits]
         self._silent = self._urgent = False  # stay_silent / mark_urgent, as the policy let them stand
         self._owner_waiting = False  # the owner's words are in this run's batch: an answer is owed
-        self.results: list[ToolResult] = []
-        self.events: list[Event] = []  # the batch but for results and answers, oldest first
+        # What a run the budget stopped had read, given again to this one (model_call).
+        carried = state.get("carried") or {}
+        self.results: list[ToolResult] = [ToolResult(**r) for r in carried.get("results") or []]
+        # the batch but for results and answers, oldest first
+        self.events: list[Event] = [Event(**e) for e in carried.get("events") or []]
         self._wakes = wakes.RunWakes.of(cfg, run)  # schedule_wake / cancel_wake: Outcome timers
+        for event in self.events:
+            self._read_event(event)
         self._read_batch()
 
     # -- what came in ---------------------------------------------------------------------
@@ -132,10 +145,13 @@ class Toolkit:
             elif event.source in ("tool", "approval"):
                 log.info("inbox %r: %s/%s is for no tool use the kit waits for; ignored",
                          self.run.inbox, event.source, event.source_id)
-            else:
+            elif not core.budget_resumed(event):  # that timer is a wake only
                 self.events.append(event)
-                self.text(event)  # taints now: the loop may show it to a model any way it likes
-                self._owner_waiting = self._owner_waiting or policy.from_owner(self.config, event)
+                self._read_event(event)
+
+    def _read_event(self, event: Event) -> None:
+        self.text(event)  # taints now: the loop may show it to a model any way it likes
+        self._owner_waiting = self._owner_waiting or policy.from_owner(self.config, event)
 
     def _result(self, tool_use_id: str, name: str, content: str, is_error: bool) -> None:
         del self._pending[tool_use_id]
@@ -173,6 +189,52 @@ class Toolkit:
     def waiting(self) -> bool:
         """Earlier tool uses whose result has not come yet."""
         return bool(self._pending)
+
+    # -- model calls ----------------------------------------------------------------------
+
+    def model_call(self) -> None:
+        """Call before each model call. Raises LeaseLost once this run is fenced (no point
+        paying for a call whose finish would be refused), BudgetReached once the day's
+        ``[budget]`` is spent: the call must not be made, and the run ends with
+        ``stopped(reached)`` (the module docstring, "budgets")."""
+        self.run.heartbeat()
+        self.run.check_budget(self.config.budget)
+
+    async def amodel_call(self) -> None:
+        """``model_call`` for an async loop (the store is asked in a worker thread)."""
+        await asyncio.to_thread(self.model_call)
+
+    def spent(self, usage: Usage) -> None:
+        """Call right after each model call with what it used: counted for the inbox's and the
+        agent's day at once, even if this run is fenced later."""
+        if usage.input_tokens or usage.output_tokens or usage.cache_read_tokens or usage.cache_write_tokens:
+            self.run.count_spend(self.config.budget, usage)
+
+    async def aspent(self, usage: Usage) -> None:
+        await asyncio.to_thread(self.spent, usage)
+
+    def stopped(self, reached: BudgetReached) -> Outcome:
+        """The Outcome of a run the day's budget stopped (``model_call`` raised ``reached``,
+        perhaps through a framework's loop): nothing it proposed, scheduled, said or stored;
+        the answers it read settled (a yes runs after this finish, a no never); what it read
+        given again to the run the resume timer starts (the newest events within the
+        conversation budget: an inbox that keeps receiving all day keeps its latest)."""
+        for effect in self._effects:
+            del self._pending[effect.tool_use_id]
+        self._effects = []
+        events, size = [], 0
+        for event in reversed(self.events):
+            stored = asdict(event)
+            size += len(json.dumps(stored))
+            if events and size > self.config.conversation_budget:
+                log.warning("inbox %r: %d older event(s) dropped while the daily budget is reached",
+                            self.run.inbox, len(self.events) - len(events))
+                break
+            events.insert(0, stored)
+        state = self.state()
+        state["carried"] = {"events": events, "results": [asdict(r) for r in self.results if r.final]}
+        return Outcome(answered=self._answered, timers=core.resume_timer(reached.verdict.resumes_at),
+                       memory={self.memory_key: state})
 
     # -- tool calls -----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from wakeful import Outcome, Run, Toolkit
+from wakeful import BudgetReached, Outcome, Run, Toolkit
 
 _CALL = re.compile(r"^call (\S+) (\{.*\})\s*$", re.MULTILINE)
 
@@ -42,6 +42,10 @@ def plan(text: str) -> list[tuple[str, Any]]:
 
 def agent(run: Run) -> Outcome:
     kit = Toolkit(run)
+    try:
+        kit.model_call()  # before each model call: the lease, and the day's [budget]
+    except BudgetReached as reached:  # no call today: this run's input comes again tomorrow
+        return kit.stopped(reached)
     said: list[str] = []
     for result in kit.results:  # earlier tool uses: an effect's result, or a human's answer
         if result.final:  # "approved": the write runs after this finish, its result comes later

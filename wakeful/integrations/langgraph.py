@@ -20,7 +20,11 @@ tool call (docs/langgraph.md).
   ``ToolMessage`` and the graph goes on (to the model once every write of the reply is back).
 - :func:`chat_graph` is the common case: a chat model bound to the config's tools
   (``kit.offered()``), its tool calls to the tool nodes, back to the model; the stored
-  conversation trimmed to the config's ``conversation_budget`` after each answer.
+  conversation trimmed to the config's ``conversation_budget`` after each answer. Its model
+  node calls ``kit.model_call()`` before each call (the lease; the day's ``[budget]``: once
+  spent, no call, the run ends with ``kit.stopped`` and its input waits for the next day's
+  run) and counts the answer's usage (``kit.spent(usage_of(answer, model))``): a model node
+  of your own graph does the same.
 - The checkpoint lives in the inbox's memory (``memory[memory_key]["checkpoint"]``) through
   :class:`InboxCheckpointer`, a ``BaseCheckpointSaver`` over a JSON-able dict, loaded at
   the run's start and dumped into its Outcome: written only by the fenced finish, so a run
@@ -43,7 +47,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -60,13 +64,14 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, Interrupt, Send, interrupt
 
 from store.records import Outcome
+from store.spend import Usage
 from wakeful.agent import core
 from wakeful.agent.conversation import storable
 from wakeful.agent.kit import Toolkit
 from wakeful.agent.outage import TryLater, is_transient, retry_after
-from wakeful.agent.run import Run
+from wakeful.agent.run import BudgetReached, Run
 
-__all__ = ["InboxCheckpointer", "add_tools", "agent_for", "chat_graph", "outage", "state_of"]
+__all__ = ["InboxCheckpointer", "add_tools", "agent_for", "chat_graph", "outage", "state_of", "usage_of"]
 
 log = logging.getLogger("wakeful.integrations.langgraph")
 
@@ -85,30 +90,38 @@ def agent_for(build: Build, *, memory_key: str = MEMORY_KEY) -> Callable[[Run], 
     checkpoint in the inbox's memory under ``memory_key``."""
 
     async def agent(run: Run) -> Outcome:
-        kit = Toolkit(run)
-        stored = run.memory.get(memory_key) or {}
-        saver = InboxCheckpointer(stored.get("checkpoint"))
-        # build may list tools over the network (kit.offered(): an MCP server): not on the loop
-        graph = (await asyncio.to_thread(build, kit)).compile(checkpointer=saver)
-        config: RunnableConfig = {"configurable": {"thread_id": run.inbox}}
-        prompt = list(stored.get("prompt") or []) + [kit.text(event) for event in kit.events]
-        said: list[str] = []
-        waits = _waits(await graph.aget_state(config))
-        resume = {waits[r.tool_use_id].id: {"content": r.content, "is_error": r.is_error, "status": r.status}
-                  for r in kit.results if r.final and r.tool_use_id in waits}
-        for r in kit.results:
-            if r.final and r.tool_use_id not in waits:
-                log.warning("inbox %r: the result of %s (%s) is for no tool call the graph waits for; "
-                            "dropped", run.inbox, r.tool_use_id, r.tool)
-        if resume:  # earlier writes are back (or refused): the waiting tasks return them
-            waits = await _turn(graph, Command(resume=resume), config, said)
-        if prompt and not waits:
-            waits = await _turn(graph, {"messages": [HumanMessage("\n\n".join(prompt))]}, config, said)
-            prompt = []
-        memory = {memory_key: {"checkpoint": saver.dump(prune=not waits), "prompt": prompt}}
-        return await asyncio.to_thread(kit.outcome, messages=["\n".join(said)] if said else [], memory=memory)
+        kit = await asyncio.to_thread(Toolkit, run)  # may read the inbox's timers: not on the loop
+        try:
+            return await _wake(kit, build, memory_key)
+        except BudgetReached as reached:  # no model call: the run's input waits for the next day
+            return kit.stopped(reached)
 
     return agent
+
+
+async def _wake(kit: Toolkit, build: Build, memory_key: str) -> Outcome:
+    run = kit.run
+    stored = run.memory.get(memory_key) or {}
+    saver = InboxCheckpointer(stored.get("checkpoint"))
+    # build may list tools over the network (kit.offered(): an MCP server): not on the loop
+    graph = (await asyncio.to_thread(build, kit)).compile(checkpointer=saver)
+    config: RunnableConfig = {"configurable": {"thread_id": run.inbox}}
+    prompt = list(stored.get("prompt") or []) + [kit.text(event) for event in kit.events]
+    said: list[str] = []
+    waits = _waits(await graph.aget_state(config))
+    resume = {waits[r.tool_use_id].id: {"content": r.content, "is_error": r.is_error, "status": r.status}
+              for r in kit.results if r.final and r.tool_use_id in waits}
+    for r in kit.results:
+        if r.final and r.tool_use_id not in waits:
+            log.warning("inbox %r: the result of %s (%s) is for no tool call the graph waits for; "
+                        "dropped", run.inbox, r.tool_use_id, r.tool)
+    if resume:  # earlier writes are back (or refused): the waiting tasks return them
+        waits = await _turn(graph, Command(resume=resume), config, said)
+    if prompt and not waits:
+        waits = await _turn(graph, {"messages": [HumanMessage("\n\n".join(prompt))]}, config, said)
+        prompt = []
+    memory = {memory_key: {"checkpoint": saver.dump(prune=not waits), "prompt": prompt}}
+    return await asyncio.to_thread(kit.outcome, messages=["\n".join(said)] if said else [], memory=memory)
 
 
 async def _turn(graph: Any, input: Any, config: RunnableConfig, said: list[str]) -> dict[str, Interrupt]:
@@ -205,14 +218,16 @@ def chat_graph(model: BaseChatModel | Callable[[Toolkit], BaseChatModel], *, sys
         prompt = f"{kit.config.system if system is None else system}\n\n{core.UNTRUSTED_NOTE}".strip()
 
         async def call_model(state: MessagesState) -> dict[str, Any]:
-            await asyncio.to_thread(kit.run.heartbeat)  # a run that lost its lease stops here
+            await kit.amodel_call()  # a run that lost its lease, or the day's budget, stops here
             try:
-                return {"messages": [await bound.ainvoke([SystemMessage(prompt), *state["messages"]])]}
+                answer = await bound.ainvoke([SystemMessage(prompt), *state["messages"]])
             except Exception as exc:
                 later = outage(exc)
                 if later is None:
                     raise
                 raise later from exc
+            await kit.aspent(usage_of(answer, kit.config.model))
+            return {"messages": [answer]}
 
         def route(state: MessagesState) -> str:
             last = state["messages"][-1]
@@ -232,6 +247,17 @@ def chat_graph(model: BaseChatModel | Callable[[Toolkit], BaseChatModel], *, sys
         return graph
 
     return build
+
+
+def usage_of(message: BaseMessage, model: str) -> Usage:
+    """A chat model's answer's usage (LangChain's ``usage_metadata``, whose ``input_tokens``
+    include the cached ones) as the day's spend counts it; nothing when the model reports none."""
+    meta: dict[str, Any] = dict(getattr(message, "usage_metadata", None) or {})
+    details = dict(meta.get("input_token_details") or {})
+    cache_read, cache_write = int(details.get("cache_read") or 0), int(details.get("cache_creation") or 0)
+    named = (getattr(message, "response_metadata", None) or {}).get("model_name")
+    return Usage(str(named or model), max(0, int(meta.get("input_tokens") or 0) - cache_read - cache_write),
+                 int(meta.get("output_tokens") or 0), cache_write, cache_read)
 
 
 def outage(exc: BaseException) -> TryLater | None:

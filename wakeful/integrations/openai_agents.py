@@ -45,9 +45,10 @@ by a fenced run too). Memory, under ``memory_key``::
 
     {"history": [input items], "state": RunState JSON or null, "prompt": [texts]}
 
-Before each model call the run's lease is checked (``run.heartbeat()``: a run taken over
-stops early); after it the usage is counted for the inbox's and the agent's day
-(``run.count_spend``, docs/agent.md "Budgets"; ceilings are not checked here yet). A run
+Before each model call ``kit.model_call()`` checks the run's lease (a run taken over stops
+early) and the day's ``[budget]`` (once it is spent, no call: the run ends with
+``kit.stopped``, its input kept for the next day's run, docs/agent.md "Budgets"); after it
+the usage is counted for the inbox's and the agent's day (``kit.spent``). A run
 that reaches ``max_turns`` model calls ends with a short note instead of failing.
 Tracing is off unless your ``run_config`` says otherwise (the SDK's exporter would call
 OpenAI with a key the worker must not hold). Imports the agent kit and the SDK, never Celery
@@ -76,7 +77,7 @@ from wakeful.agent.config import RUN_GRANT_TTL
 from wakeful.agent import core
 from wakeful.agent.kit import Toolkit, ToolUse
 from wakeful.agent.policy import RUNTIME_TOOLS
-from wakeful.agent.run import Run
+from wakeful.agent.run import BudgetReached, Run
 
 __all__ = ["MEMORY_KEY", "agent_for", "proxied_model"]
 
@@ -98,7 +99,10 @@ def agent_for(build: Callable[[Toolkit], Agent[Any]], *, runtime_tools: bool = F
 
     async def agent(run: Run) -> Outcome:
         kit = await asyncio.to_thread(Toolkit, run)  # may read the inbox's timers: not on the loop
-        return await _Wake(kit, runtime_tools, max_turns, run_config, memory_key).outcome(build)
+        try:
+            return await _Wake(kit, runtime_tools, max_turns, run_config, memory_key).outcome(build)
+        except BudgetReached as reached:  # no model call: the run's input waits for the next day
+            return kit.stopped(reached)
 
     agent.__doc__ = f"The OpenAI Agents SDK agent of {getattr(build, '__qualname__', build)!r} on wakeful's kit."
     return agent
@@ -275,15 +279,14 @@ class _Hooks(RunHooks[Any]):
         self.kit = kit
 
     async def on_llm_start(self, context: Any, agent: Agent[Any], system_prompt: Any, input_items: Any) -> None:
-        await asyncio.to_thread(self.kit.run.heartbeat)  # raises LeaseLost
+        await self.kit.amodel_call()  # raises LeaseLost, BudgetReached
 
     async def on_llm_end(self, context: Any, agent: Agent[Any], response: Any) -> None:
         usage = response.usage
         cached = int(getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", 0) or 0)
         spent = Usage(_model_name(agent.model, self.kit.config.model), max(0, int(usage.input_tokens or 0) - cached),
                       int(usage.output_tokens or 0), 0, cached)
-        if spent.input_tokens or spent.output_tokens or spent.cache_read_tokens:
-            await asyncio.to_thread(self.kit.run.count_spend, self.kit.config.budget, spent)
+        await self.kit.aspent(spent)
 
 
 def _run_config(given: RunConfig | None, not_found: Callable[[ToolErrorFormatterArgs[Any]], Awaitable[str | None]]

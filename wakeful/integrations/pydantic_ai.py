@@ -47,12 +47,13 @@ move to the new first one, and each request's ``instructions`` but the latest's 
 half-budget) and becomes the next user prompt once nothing is pending: a model API takes no
 user turn between a reply's tool calls and their returns.
 
-Around each model call (a Pydantic AI ``Hooks`` capability given to the run): before it the
-lease is checked (``run.heartbeat()``: a run taken over stops before it pays for a call whose
-finish would be refused) and ``max_model_calls`` per run is applied (past it, the call is
-skipped with a short note, said, instead of failing the run); after it the response's usage
-is counted for the inbox's and the agent's day (``run.count_spend``; the ``[budget]``
-ceilings are not checked here yet). A model API that is away (unreachable, 408, 429, 5xx) is
+Around each model call (a Pydantic AI ``Hooks`` capability given to the run): before it
+``kit.model_call()`` checks the lease (a run taken over stops before it pays for a call whose
+finish would be refused) and the day's ``[budget]`` (once it is spent, no call: the run ends
+with ``kit.stopped``, its input kept for the next day's run), and ``max_model_calls`` per run
+is applied (past it, the call is skipped with a short note, said, instead of failing the
+run); after it the response's usage is counted for the inbox's and the agent's day
+(``kit.spent``). A model API that is away (unreachable, 408, 429, 5xx) is
 raised as ``TryLater``: the run's events wait the outage out. A call to a tool that is not
 offered (denied, unknown) is answered by Pydantic AI itself ("Unknown tool name"), a retry
 counted against the Agent's ``retries``. Imports the agent kit and Pydantic AI, never Celery
@@ -97,7 +98,7 @@ from wakeful.agent.config import RUN_GRANT_TTL
 from wakeful.agent.conversation import storable
 from wakeful.agent.kit import Toolkit, ToolUse
 from wakeful.agent.outage import TryLater, is_transient, retry_after
-from wakeful.agent.run import Run
+from wakeful.agent.run import BudgetReached, Run
 
 __all__ = ["MEMORY_KEY", "PydanticAIAgent", "agent_for", "outage", "proxied_model"]
 
@@ -136,8 +137,11 @@ class PydanticAIAgent:
 
     async def __call__(self, run: Run) -> Outcome:
         kit = await asyncio.to_thread(Toolkit, run)  # may read the inbox's timers: not on the loop
-        return await _Wake(kit, self.build, self.runtime_tools, self.max_model_calls, self.instructions,
-                           self.memory_key).outcome()
+        try:
+            return await _Wake(kit, self.build, self.runtime_tools, self.max_model_calls, self.instructions,
+                               self.memory_key).outcome()
+        except BudgetReached as reached:  # no model call: the run's input waits for the next day
+            return kit.stopped(reached)
 
 
 @dataclass(frozen=True)
@@ -253,7 +257,7 @@ class _Wake:
 
         @hooks.on.before_model_request
         async def before(ctx: RunContext[Any], request_context: Any) -> Any:
-            await asyncio.to_thread(kit.run.heartbeat)  # raises LeaseLost
+            await kit.amodel_call()  # raises LeaseLost, BudgetReached
             if self.calls >= self.max_model_calls:
                 note = f"(stopped after {self.max_model_calls} model calls in one run)"
                 raise SkipModelRequest(ModelResponse(parts=[TextPart(note)]))
@@ -262,9 +266,7 @@ class _Wake:
 
         @hooks.on.after_model_request
         async def after(ctx: RunContext[Any], *, request_context: Any, response: ModelResponse) -> ModelResponse:
-            spent = _usage(response, kit.config.model)
-            if spent.input_tokens or spent.output_tokens or spent.cache_read_tokens or spent.cache_write_tokens:
-                await asyncio.to_thread(kit.run.count_spend, kit.config.budget, spent)
+            await kit.aspent(_usage(response, kit.config.model))
             return response
 
         return hooks
