@@ -57,6 +57,7 @@ def test_demo_agent_plays_ask_yes_once_deny_and_expiry_offline(tmp_path: Path) -
     assert done.returncode == 0, done.stdout + done.stderr
     assert "a bundled scripted model, offline" in done.stdout
     assert "refunds executed: 1" in done.stdout and "ok: no refund of order 77" in done.stdout
+    assert "ok: exactly one refund of order 990" in done.stdout  # the same config under Pydantic AI
     assert "Every step happened as described." in done.stdout
 
 

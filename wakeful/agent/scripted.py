@@ -296,7 +296,7 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = BACKLOG
 
 
-def main() -> None:  # python -m agent.scripted [port [delay]]: serve until interrupted
+def main() -> None:  # python -m wakeful.agent.scripted [port [delay]]: serve until interrupted
     import sys
 
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 0

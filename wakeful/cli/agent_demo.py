@@ -7,8 +7,10 @@ plain words and the account shows what the model chose, without checking it).
 
 Scenes: ask -> the link in the outbox -> Yes -> the refund runs once; a denied tool; an
 approval left to expire -> never runs, the model is told; a tool of an MCP server (a stdio
-server bundled here, ``python -m cli.agent_demo mcp-server``, which the worker starts with
-only the environment its ``[mcp.parcels]`` table names; docs/mcp.md).
+server bundled here, ``python -m wakeful.cli.agent_demo mcp-server``, which the worker starts with
+only the environment its ``[mcp.parcels]`` table names; docs/mcp.md); offline, the same
+config under Pydantic AI's loop (the run worker restarted on wakeful/examples/pydantic_ai_loop.py):
+the same approval, Yes, the refund once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from wakeful.cli.demo import DEMO_ENV
 
 APPROVAL_TTL = 6  # seconds: the expiry scene waits this long
+PYDANTIC_AI_LOOP = "wakeful.examples.pydantic_ai_loop:agent"  # scene 5: a framework's loop, same config
 # The demo's MCP server, a stdio one the worker starts on first use (wakeful/agent/mcp.py).
 MCP_CONFIG = """
 [mcp.parcels]
@@ -72,6 +75,8 @@ def run_agent_demo(directory: Path | None = None, keep: bool = False) -> int:
         demo.deny()
         demo.expire()
         demo.mcp_tool()
+        if not real:  # the example's model is Pydantic AI's offline FunctionModel
+            demo.framework_loop()
         ok = not demo.failures
     except Exception as exc:  # a timeout or a process that would not start: say so, stop all
         print(f"\n  UNEXPECTED: {type(exc).__name__}: {exc}")
@@ -106,8 +111,9 @@ class AgentDemo:
         self.procs = Processes(env=dict(os.environ), logdir=self.home / "logs")
         # The approval key stays with the dispatcher (control) and the web edge.
         worker_env = {k: v for k, v in os.environ.items() if k != "WAKEFUL_APPROVAL_SECRET"}
-        runs = Processes(env=worker_env, logdir=self.home / "logs")
-        self.worker = runs.worker("worker", RUN_QUEUES)
+        self.worker_env = worker_env
+        self.runs = Processes(env=worker_env, logdir=self.home / "logs")
+        self.worker = self.runs.worker("worker", RUN_QUEUES)
         self.procs.procs.append(self.worker)
         control = self.procs.worker("control", CONTROL_QUEUES, concurrency=2)
         beat = self.procs.beat()
@@ -165,6 +171,31 @@ class AgentDemo:
         reply = self.wait(lambda: self._sent("dee", "parcel PX-1"), "the agent's reply")
         print(f"   the agent says: {reply}")
         self.check("out for delivery" in reply, "the MCP server answered the read, inline")
+
+    def framework_loop(self) -> None:
+        from wakeful.cli.processes import RUN_QUEUES, Processes
+
+        print("\n5. The same agent.toml under Pydantic AI's own loop: the run worker restarted with\n"
+              f"   WAKEFUL_AGENT={PYDANTIC_AI_LOOP}; wakeful still decides every tool call")
+        self.runs.stop(self.worker)
+        runs = Processes(env={**self.worker_env, "WAKEFUL_AGENT": PYDANTIC_AI_LOOP}, logdir=self.home / "logs")
+        self.worker = runs.worker("worker-pydantic-ai", RUN_QUEUES)
+        self.procs.procs.append(self.worker)
+        runs.wait_ready(self.worker)
+        self.say("eve", "1", 'call refund {"order": 990}')
+        request = self.wait(lambda: self._sent("eve", "Approval needed"), "the approval request")
+        link = re.search(r"http://\S+/approvals/\S+", request)
+        self.check(link is not None, "the same approval request, with its signed link")
+        if link is None:
+            return
+        import httpx
+
+        url, token = link.group(0).split("?token=")
+        answer = httpx.post(url, data={"answer": "yes", "token": token}, timeout=10).json()
+        print(f"   Yes -> {answer['outcome']}")
+        reply = self.wait(lambda: self._sent("eve", "refunded order 990"), "Pydantic AI's reply")
+        print(f"   Pydantic AI read the result back and says: {reply}")
+        self.check(len([r for r in self._refunds() if r["order"] == 990]) == 1, "exactly one refund of order 990")
 
     # -- plumbing --------------------------------------------------------------------------
 
