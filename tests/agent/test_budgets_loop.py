@@ -16,7 +16,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from wakeful.agent import BudgetReached, Run
-from tasks import event_loop
 from wakeful.agent.claude import ClaudeRun
 from wakeful.agent.core import BUDGET_TIMER
 from wakeful.agent.config import ConfigError, load, parse
@@ -41,7 +40,7 @@ def budget_table(**keys: Any) -> str:
 class Wakes:
     def __init__(self, store: Store, model: ScriptedModel, config: Path) -> None:
         self.store, self.model, self.cfg = store, model, load(config)
-        self.client = anthropic.AsyncAnthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
+        self.client = anthropic.Anthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
         self.n = 0
 
     def say(self, text: str, now: int, inbox: str = "ada") -> None:
@@ -56,7 +55,7 @@ class Wakes:
         run = Run(inbox, batch, gen, store.runs.memory(inbox), lambda: True,
                   _check_budget=lambda budget: store.spend.check(inbox, "w", gen, budget, now=now),
                   _count_spend=lambda budget, usage: store.spend.count(inbox, budget, usage, now=now))
-        outcome = event_loop.run(ClaudeRun(self.cfg, self.client, run).outcome())
+        outcome = ClaudeRun(self.cfg, self.client, run).outcome()
         assert store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome, now=now)
         assert store.release(inbox, "w", gen, now=now)
         return outcome
@@ -136,11 +135,11 @@ def test_without_a_runtime_nothing_is_checked_or_counted(model: ScriptedModel, w
     run = Run("ada", [], 1, {})
     run.check_budget(cfg.budget)
     run.count_spend(cfg.budget, None)  # type: ignore[arg-type]
-    client = anthropic.AsyncAnthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
+    client = anthropic.Anthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
     store.ingest("ada", "chat", "1", {"text": "hi"})
     gen = store.acquire("ada", "w")
     run = Run("ada", store.claim("ada", "w", gen), gen, {})
-    outcome = event_loop.run(ClaudeRun(cfg, client, run).outcome())
+    outcome = ClaudeRun(cfg, client, run).outcome()
     assert outcome.messages and store.spend.today("ada") == []
 
 
@@ -159,9 +158,9 @@ def test_a_count_that_cannot_be_written_does_not_fail_the_run_and_is_said_once(
     run = Run("ada", store.claim("ada", "w", gen), gen, {}, lambda: True,
               _check_budget=lambda budget: store.spend.check("ada", "w", gen, budget),
               _count_spend=lease.count_spend)
-    client = anthropic.AsyncAnthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
+    client = anthropic.Anthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
     with caplog.at_level("WARNING", logger="wakeful.runs"):
-        outcome = event_loop.run(ClaudeRun(cfg, client, run).outcome())
+        outcome = ClaudeRun(cfg, client, run).outcome()
     away.dispose()
     assert outcome.messages and len(model.requests) == 1  # the reply stands; the call made once
     [warning] = [r for r in caplog.records if r.name == "wakeful.runs"]

@@ -12,7 +12,6 @@ import anthropic
 import pytest
 
 from wakeful.agent import Run, TryLater
-from tasks import event_loop
 from wakeful.agent.claude import ClaudeRun
 from wakeful.agent.config import load
 from wakeful.agent.effects import execute_runnable
@@ -24,7 +23,7 @@ from store import Outcome, Store
 class Agent:
     def __init__(self, store: Store, model: ScriptedModel, config: Path) -> None:
         self.store, self.model, self.cfg = store, model, load(config)
-        self.client = anthropic.AsyncAnthropic(base_url=model.base_url, api_key="test", max_retries=2,
+        self.client = anthropic.Anthropic(base_url=model.base_url, api_key="test", max_retries=2,
                                           timeout=10)
         self.n = 0
 
@@ -42,7 +41,7 @@ class Agent:
                 self.store.release(inbox, "w", gen)
                 return outcomes
             run = Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True)
-            outcome = event_loop.run(ClaudeRun(self.cfg, self.client, run).outcome())
+            outcome = ClaudeRun(self.cfg, self.client, run).outcome()
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome)
             self.store.release(inbox, "w", gen)
             outcomes.append(outcome)
@@ -369,16 +368,12 @@ def test_with_an_anthropic_route_the_model_is_called_through_the_proxy_with_the_
         f.write('\n[routes.anthropic]\nupstream = "https://api.anthropic.com"\n')
     cfg = load(config)
     assert cfg.routes == ("anthropic",) and _through_proxy(cfg) is None  # no grant: the SDK's own
-    store.ingest("ada", "chat", "1", {"text": "hello"})
-    gen = store.acquire("ada", "w")
-    batch = store.claim("ada", "w", gen)
-
-    async def through_the_proxy() -> Outcome:
-        with egress.using(egress.Egress(model.base_url, "grant-token-1")):
-            client = _through_proxy(cfg)  # the running loop's AsyncAnthropic, its key the grant
-            return await ClaudeRun(cfg, client, Run("ada", batch, gen, {}, lambda: True)).outcome()
-
-    outcome = event_loop.run(through_the_proxy())
+    with egress.using(egress.Egress(model.base_url, "grant-token-1")):
+        client = _through_proxy(cfg)
+        store.ingest("ada", "chat", "1", {"text": "hello"})
+        gen = store.acquire("ada", "w")
+        batch = store.claim("ada", "w", gen)
+        outcome = ClaudeRun(cfg, client, Run("ada", batch, gen, {}, lambda: True)).outcome()
     assert outcome.messages[0].body == "Noted: hello"
     path, key = model.seen[-1]
     assert path == "/anthropic/v1/messages" and "grant-token-1" in (key or "")

@@ -21,7 +21,6 @@ import pytest
 
 import wakeful.agent.config as config_module
 from wakeful.agent import Run
-from tasks import event_loop
 from wakeful.agent.claude import ClaudeRun
 from wakeful.agent.config import AgentConfig, ConfigError, load
 from wakeful.agent.effects import execute_runnable
@@ -39,7 +38,7 @@ class Agent:
 
     def __init__(self, store: Store, model: ScriptedModel, config: Path) -> None:
         self.store, self.model, self.cfg = store, model, load(config)
-        self.client = anthropic.AsyncAnthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
+        self.client = anthropic.Anthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
         self.n = 0
         self.sent: list[Any] = []  # what the dispatcher sent, one entry a send
 
@@ -57,7 +56,7 @@ class Agent:
                 return outcomes
             run = Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True,
                       _timers=functools.partial(self.store.timers, inbox))
-            outcome = event_loop.run(ClaudeRun(self.cfg, self.client, run).outcome())
+            outcome = ClaudeRun(self.cfg, self.client, run).outcome()
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome)
             self.store.release(inbox, "w", gen)
             outcomes.append(outcome)

@@ -17,7 +17,6 @@ import anthropic
 import pytest
 
 from wakeful.agent import Run
-from tasks import event_loop
 from wakeful.agent.claude import ClaudeRun
 from wakeful.agent.config import ConfigError, load
 from wakeful.agent.effects import execute_runnable
@@ -39,7 +38,7 @@ class Agent:
 
     def __init__(self, store: Store, model: ScriptedModel, config: Path) -> None:
         self.store, self.model, self.cfg = store, model, load(config)
-        self.client = anthropic.AsyncAnthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
+        self.client = anthropic.Anthropic(base_url=model.base_url, api_key="test", max_retries=0, timeout=10)
         self.n = 0
 
     def say(self, text: str, inbox: str = "ada") -> None:
@@ -56,7 +55,7 @@ class Agent:
                 return outcomes
             run = Run(inbox, batch, gen, self.store.runs.memory(inbox), lambda: True,
                       _timers=functools.partial(self.store.timers, inbox))
-            outcome = event_loop.run(ClaudeRun(self.cfg, self.client, run).outcome())
+            outcome = ClaudeRun(self.cfg, self.client, run).outcome()
             assert self.store.finish(inbox, "w", gen, [e.id for e in batch], outcome=outcome, now=now)
             self.store.release(inbox, "w", gen, now=now)
             outcomes.append(outcome)

@@ -17,7 +17,7 @@ Quick and deterministic, with payload switches for the poison scenario:
   set (its thresholds and how many objects it keeps frozen), as JSON;
 - ``ask``: one call to the model (the real SDK, no retries of its own, against the scripted
   Messages API at ``WAKEFUL_TEST_MODEL_URL``), whose reply is the run's message; the API
-  away is the claude agent's "try later" (wakeful.agent.claude.outage).
+  away is the claude agent's "try later" (agent.claude.model_reply).
 """
 
 from __future__ import annotations
@@ -76,17 +76,11 @@ def _ask(text: str) -> str:
     global _client
     import anthropic
 
-    from wakeful.agent.claude import outage
+    from wakeful.agent.claude import model_reply
 
     if _client is None:
         _client = anthropic.Anthropic(base_url=os.environ["WAKEFUL_TEST_MODEL_URL"], api_key="fault-test",
                                       max_retries=0, timeout=10)
-    try:
-        reply = _client.messages.create(model="claude-scripted", max_tokens=64,
-                                        messages=[{"role": "user", "content": text}])
-    except Exception as exc:
-        later = outage(exc)
-        if later is None:
-            raise
-        raise later from exc
+    reply = model_reply(_client, model="claude-scripted", max_tokens=64,
+                        messages=[{"role": "user", "content": text}])
     return "".join(b.text for b in reply.content if b.type == "text")

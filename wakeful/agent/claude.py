@@ -29,11 +29,9 @@ unless it says the API is away (unreachable, 429, 5xx, 529): then the run says `
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,63 +53,50 @@ LOG_KEY = "claude_runs"  # memory: the last runs' model calls, tokens and tool d
 LOG_KEEP = 50
 
 _lock = threading.Lock()
-_loaded: AgentConfig | None = None
+_loaded: tuple[AgentConfig, Any] | None = None
 
 
-def configured() -> AgentConfig:
-    """This process's config, read and checked once (``WAKEFUL_AGENT_CONFIG``): at the
-    worker's start (wakeful/agent/plugin.py), so a bad one stops it there."""
+def configured() -> tuple[AgentConfig, Any]:
+    """This process's config and SDK client, made once (``WAKEFUL_AGENT_CONFIG``,
+    ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``)."""
     global _loaded
     with _lock:
         if _loaded is None:
+            import anthropic
+
             cfg = config_module.current()
             assert cfg is not None
             if not cfg.model:
                 raise config_module.ConfigError(f"{cfg.path}: the claude agent needs an [agent] table with `model`")
-            _loaded = cfg
+            # With a [routes.anthropic] the model is reached through the egress proxy only,
+            # with each run's grant: this process holds no key, and makes no keyed client.
+            client = None if "anthropic" in cfg.routes else anthropic.Anthropic(
+                timeout=cfg.timeout, max_retries=cfg.max_retries, http_client=_sdk_http_client())
+            _loaded = (cfg, client)
         return _loaded
 
 
-async def agent(run: Run) -> Outcome:
-    """The claude agent: async, on the worker process's event loop (tasks/event_loop.py), the
-    model called with ``AsyncAnthropic``; the store and the tools are called off the loop."""
-    cfg = configured()
+def agent(run: Run) -> Outcome:
+    cfg, client = configured()
     routes = cfg.run_routes()
     if not routes:
-        return await (await asyncio.to_thread(ClaudeRun, cfg, _direct_client(cfg), run)).outcome()
+        return ClaudeRun(cfg, client, run).outcome()
     from wakeful.agent import egress
 
     # The run's grant (bound to its lease: dead after a takeover) for the model's route and
     # the inline tools' routes; the run never sees a key.
-    grant = await asyncio.to_thread(run.grant, routes, RUN_GRANT_TTL)
-    with egress.using(egress.Egress(egress.proxy_url(), grant)):
-        client = _through_proxy(cfg) or _direct_client(cfg)
-        return await (await asyncio.to_thread(ClaudeRun, cfg, client, run)).outcome()
+    with egress.using(egress.Egress(egress.proxy_url(), run.grant(routes, RUN_GRANT_TTL))):
+        return ClaudeRun(cfg, _through_proxy(cfg) or client, run).outcome()
 
 
-def _direct_client(cfg: AgentConfig) -> Any:
-    """The running loop's ``AsyncAnthropic`` (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``),
-    made once per loop: its connections belong to it. None with a ``[routes.anthropic]``: the
-    model is then reached through the egress proxy only, with each run's grant, and this
-    process holds no key and makes no keyed client."""
-    if "anthropic" in cfg.routes:
+def _sdk_http_client() -> Any:
+    """The process's one connection pool for the model (wakeful/agent/egress.py, sized for a dense
+    worker's runs in flight); the SDK's own where the egress kit is not installed."""
+    try:
+        from wakeful.agent import egress
+    except ImportError:
         return None
-    loop = asyncio.get_running_loop()
-    client = _direct.get(loop)
-    if client is None:
-        import anthropic
-
-        try:
-            from wakeful.agent import egress
-            http = egress.sdk_async_http_client()
-        except ImportError:
-            http = None
-        client = _direct[loop] = anthropic.AsyncAnthropic(timeout=cfg.timeout, max_retries=cfg.max_retries,
-                                                          http_client=http)
-    return client
-
-
-_direct: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+    return egress.sdk_http_client()
 
 
 def run_summary(outcome: Outcome) -> dict[str, Any]:
@@ -143,7 +128,7 @@ def _through_proxy(cfg: AgentConfig) -> Any:
     grant = egress.current()
     if grant is None:
         return None
-    return grant.async_anthropic_client(timeout=cfg.timeout, max_retries=cfg.max_retries)
+    return grant.anthropic_client(timeout=cfg.timeout, max_retries=cfg.max_retries)
 
 
 @dataclass
@@ -168,7 +153,7 @@ class ClaudeRun:
         self.convo = Conversation.load(self.run.memory)
         self.wake_book = wakes.RunWakes.of(self.cfg, self.run)  # its timers go into the Outcome
 
-    async def outcome(self) -> Outcome:
+    def outcome(self) -> Outcome:
         fresh = self._read_batch()
         text = None
         if self.convo.waiting:
@@ -177,7 +162,7 @@ class ClaudeRun:
         else:
             self.convo.add_user(self.convo.take_pending_input() + fresh)
             if self.convo.messages and self.convo.messages[-1]["role"] == "user":
-                text = await self._talk()
+                text = self._talk()
         messages = core.said([text] if text else [], silent=self.silent, urgent=self.urgent)
         if messages:
             self.convo.owner_waiting = False  # answered
@@ -238,12 +223,12 @@ class ClaudeRun:
 
     # -- the model -----------------------------------------------------------------------
 
-    async def _talk(self) -> str | None:
+    def _talk(self) -> str | None:
         """Call the model until it answers without tools, waits for results, or hits the cap."""
         while self.calls < self.cfg.max_model_calls:
-            await asyncio.to_thread(self.run.heartbeat)  # raises LeaseLost once fenced: no point asking the model
+            self.run.heartbeat()  # raises LeaseLost once fenced: no point asking the model
             try:
-                reply = await self._create()
+                reply = self._create()
             except BudgetReached as exc:  # the call is not made; the run ends without it
                 self.stop, self.resumes_at = "budget", exc.verdict.resumes_at
                 log.warning("inbox %r: daily budget reached (%s); no model call until it resumes",
@@ -264,7 +249,7 @@ class ClaudeRun:
             if not uses:
                 return f"{text}\n[cut: the reply reached max_tokens]" if reply.stop_reason == "max_tokens" else text
             tainted = tuple(self.convo.tainted)  # what the model had in view when it asked
-            results = [await self._decide(use, text, tainted) for use in uses]
+            results = [self._decide(use, text, tainted) for use in uses]
             known = [r for r in results if r is not None]
             # Runtime tools the policy let stand need no answer before the reply goes; one it
             # refused is told at once, like any tool's error, and the model writes its reply.
@@ -278,9 +263,9 @@ class ClaudeRun:
                     self.run.inbox, self.calls)
         return None
 
-    async def _create(self) -> Any:
+    def _create(self) -> Any:
         system = f"{self.cfg.system}\n\n{core.UNTRUSTED_NOTE}".strip()
-        await asyncio.to_thread(self.run.check_budget, self.cfg.budget)  # raises BudgetReached: this call is not made
+        self.run.check_budget(self.cfg.budget)  # raises BudgetReached: this call is not made
         self.calls += 1
         offered = policy.offered(self.cfg)
         for taint in self.cfg.offered_taint(offered):  # a server's tool text in view (docs/mcp.md)
@@ -291,7 +276,7 @@ class ClaudeRun:
                 "gen_ai.system": "anthropic", "gen_ai.request.model": self.cfg.model,
                 "gen_ai.request.max_tokens": self.cfg.max_tokens}):
             traced = {"extra_headers": telemetry.headers()} if telemetry.on() else {}
-            reply = await model_reply(self.client, model=self.cfg.model, max_tokens=self.cfg.max_tokens,
+            reply = model_reply(self.client, model=self.cfg.model, max_tokens=self.cfg.max_tokens,
                                 system=system, tools=offered, messages=self.convo.messages,
                                 **traced)
             telemetry.annotate(**{
@@ -300,13 +285,12 @@ class ClaudeRun:
                 "gen_ai.response.finish_reasons": [str(reply.stop_reason)],
                 "gen_ai.usage.input_tokens": int(getattr(reply.usage, "input_tokens", 0) or 0),
                 "gen_ai.usage.output_tokens": int(getattr(reply.usage, "output_tokens", 0) or 0)})
-        await asyncio.to_thread(self.run.count_spend, self.cfg.budget,
-                                Usage.of(self.cfg.model, reply.usage))  # even if fenced later
+        self.run.count_spend(self.cfg.budget, Usage.of(self.cfg.model, reply.usage))  # even if fenced later
         for key in self.usage:
             self.usage[key] += int(getattr(reply.usage, key, 0) or 0)
         return reply
 
-    async def _decide(self, use: dict[str, Any], words: str, tainted: tuple[str, ...]) -> dict[str, Any] | None:
+    def _decide(self, use: dict[str, Any], words: str, tainted: tuple[str, ...]) -> dict[str, Any] | None:
         """A tool use's result now, or None when it waits (an effect or an approval)."""
         use_id, name, tool_input = use["id"], use["name"], use.get("input")
         d = policy.decide(self.cfg, name, tool_input, tainted, self.convo.owner_waiting, self.count)
@@ -324,8 +308,8 @@ class ClaudeRun:
                 return tool_result(use_id, *answer)
         if d.kind == "inline":
             call = ToolCall(use_id, name, self.run.inbox, idempotency_key(self.run.inbox, use_id))
-            with telemetry.execute_tool(name, use_id):  # a read may wait on its upstream: off the loop
-                result = await asyncio.to_thread(tools.run, d.tool, tool_input, call, self.cfg)
+            with telemetry.execute_tool(name, use_id):
+                result = tools.run(d.tool, tool_input, call, self.cfg)
                 telemetry.annotate(**{"error.type": "tool_error" if result["is_error"] else None})
             return tool_result(use_id, self._tool_output(use_id, name, result["content"]), result["is_error"])
         ask = d.kind == "ask"
@@ -354,27 +338,19 @@ class ClaudeRun:
         return kept + [entry]
 
 
-async def model_reply(client: Any, **request: Any) -> Any:
-    """``await client.messages.create(...)``; an outage (``outage``) raised as ``TryLater``."""
-    try:
-        return await client.messages.create(**request)
-    except Exception as exc:
-        later = outage(exc)
-        if later is None:
-            raise
-        raise later from exc
-
-
-def outage(exc: BaseException) -> TryLater | None:
-    """What the ``anthropic`` SDK reports as the API being away (a connection refused or
-    reset, a timeout, 429, 500-class answers and 529 overloaded, the proxy's 502/503/504)
-    once its own retries are spent: ``TryLater``, with the answer's Retry-After. None for any
-    other error (a bad request, a refused key), which fails the run."""
+def model_reply(client: Any, **request: Any) -> Any:
+    """``messages.create``; what the SDK reports as the API being away (a connection
+    refused or reset, a timeout, 429, 500-class answers and 529 overloaded, the proxy's
+    502/503/504) once its own retries are spent is an outage: ``TryLater``, with the
+    answer's Retry-After. Any other error (a bad request, a refused key) fails the run."""
     import anthropic
 
-    if isinstance(exc, anthropic.APIConnectionError):  # APITimeoutError too
-        return TryLater(f"the model API is unreachable ({type(exc).__name__}: {exc})")
-    if isinstance(exc, anthropic.APIStatusError) and is_transient(exc.status_code):
-        return TryLater(f"the model API answered {exc.status_code} ({type(exc).__name__})",
-                        after=retry_after(exc.response.headers))
-    return None
+    try:
+        return client.messages.create(**request)
+    except anthropic.APIConnectionError as exc:  # APITimeoutError too
+        raise TryLater(f"the model API is unreachable ({type(exc).__name__}: {exc})") from exc
+    except anthropic.APIStatusError as exc:
+        if not is_transient(exc.status_code):
+            raise
+        raise TryLater(f"the model API answered {exc.status_code} ({type(exc).__name__})",
+                       after=retry_after(exc.response.headers)) from exc

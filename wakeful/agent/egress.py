@@ -8,8 +8,7 @@ The runtime mints a grant (store/grants.py) and wraps it in an ``Egress``:
   ttl)``: the routes of that write; good while that attempt of the effect executes.
 
 ``Egress.http(route)`` is an ``httpx.Client`` whose base URL is ``{proxy}/{route}``;
-``Egress.anthropic_client()`` an ``anthropic.Anthropic`` (``async_anthropic_client()`` an
-``AsyncAnthropic``, the claude agent's) whose API key is the grant (the proxy
+``Egress.anthropic_client()`` an ``anthropic.Anthropic`` whose API key is the grant (the proxy
 takes it from ``Authorization: Bearer`` and sends the real key instead). Tools reach the
 current grant through ``using(egress)`` (a context variable) and ``client(route, call)``,
 which is what ``ToolCall.http(route)`` returns (wakeful/agent/tool.py).
@@ -19,11 +18,9 @@ Imports the store and httpx only (anthropic when asked for its client); never Ce
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import threading
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -102,22 +99,6 @@ class Egress:
                     http_client=sdk_http_client(), **kwargs)
         return base.with_options(api_key=self.grant)
 
-    def async_anthropic_client(self, route: str = "anthropic", **kwargs: Any) -> Any:
-        """``anthropic.AsyncAnthropic`` pointed at the proxy's ``route`` with the grant as its
-        key, for the running event loop: a copy of one per loop (its connections belong to
-        that loop), sharing the loop's pool (``sdk_async_http_client``)."""
-        import anthropic
-
-        kwargs.setdefault("timeout", self.timeout)
-        key = (self.proxy_url, route, tuple(sorted(kwargs.items())))
-        per_loop = _loop_clients()
-        base = per_loop.get(key)
-        if base is None:
-            base = per_loop[key] = anthropic.AsyncAnthropic(
-                api_key="each run's grant", base_url=f"{self.proxy_url}/{route}",
-                http_client=sdk_async_http_client(), **kwargs)
-        return base.with_options(api_key=self.grant)
-
 
 _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.RLock()  # sdk_http_client is called with it held
@@ -139,31 +120,6 @@ def sdk_http_client() -> Any:
             _http_client = anthropic.DefaultHttpxClient(limits=httpx2.Limits(
                 max_connections=SDK_CONNECTIONS, max_keepalive_connections=SDK_CONNECTIONS))
         return _http_client
-
-
-# The async SDK clients of each event loop: an httpx.AsyncClient's connections belong to the
-# loop that opened them, so a loop never borrows another's (a test's asyncio.run, a run apart
-# in a child process). Gone with their loop.
-_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, Any]] = weakref.WeakKeyDictionary()
-
-
-def _loop_clients() -> dict[Any, Any]:
-    """The running loop's clients (only that loop's thread touches them: no lock)."""
-    return _by_loop.setdefault(asyncio.get_running_loop(), {})
-
-
-def sdk_async_http_client() -> Any:
-    """The running loop's one HTTP client for the async ``anthropic`` SDK (direct or through
-    the proxy), sized like ``sdk_http_client``: one connection per run in flight."""
-    per_loop = _loop_clients()
-    http = per_loop.get("http")
-    if http is None:
-        import anthropic
-        import httpx2
-
-        http = per_loop["http"] = anthropic.DefaultAsyncHttpxClient(limits=httpx2.Limits(
-            max_connections=SDK_CONNECTIONS, max_keepalive_connections=SDK_CONNECTIONS))
-    return http
 
 
 def for_effect(store: Any, inbox: str, holder: str, generation: int, tool_use_id: str, attempt: int,
