@@ -91,7 +91,6 @@ def said(messages: Sequence[str | Message], *, silent: bool = False, urgent: boo
     return out
 
 
-
 def held_while_waiting(prompt: Sequence[str], budget: int) -> list[str]:
     """Text a framework loop keeps while a write is out, to send once nothing is pending: the
     newest ``budget`` characters of it, whole messages (the newest always), after a note

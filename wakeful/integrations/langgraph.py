@@ -77,7 +77,6 @@ log = logging.getLogger("wakeful.integrations.langgraph")
 
 MEMORY_KEY = "langgraph"  # memory: {"checkpoint": the graph's, "prompt": text kept while it waits}
 MARK = "wakeful_tool"  # in an interrupt's value: the interrupts this module answers
-# The claude agent's note on wrapped text (wakeful/agent/claude.py), for chat_graph's system prompt.
 
 Build = Callable[[Toolkit], StateGraph]
 

@@ -152,7 +152,7 @@ class _Wake:
         history: list[Any] = list(kept.get("history") or [])
         state: dict[str, Any] | None = kept.get("state")
         prompt = core.held_while_waiting(list(kept.get("prompt") or []) + [kit.text(e) for e in kit.events],
-                       kit.config.conversation_budget // 2)
+                                         kit.config.conversation_budget // 2)
         back = {r.tool_use_id: r for r in kit.results if r.final}  # "approved": its result comes later
         said: list[str] = []
         if (state is not None and back) or (state is None and prompt):

@@ -105,7 +105,6 @@ __all__ = ["MEMORY_KEY", "PydanticAIAgent", "agent_for", "outage", "proxied_mode
 log = logging.getLogger("wakeful.integrations.pydantic_ai")
 
 MEMORY_KEY = "pydantic_ai"  # the history; f"{MEMORY_KEY}_waiting": results and text held while a write is out
-# The claude agent's note on wrapped text (wakeful/agent/claude.py), given to each run as instructions.
 NO_RESULT = "no result came back for this tool call; whether it ran is not known"
 
 Build = Callable[[Toolkit], Agent[Any, Any]]
