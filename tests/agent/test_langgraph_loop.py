@@ -35,8 +35,9 @@ from wakeful.agent.effects import execute_runnable
 from wakeful.examples import langgraph_loop
 from wakeful.agent.outage import TryLater
 from wakeful.examples.langgraph_loop import ScriptedChatModel
+from store.spend import Usage
 from wakeful.integrations.langgraph import (MEMORY_KEY, InboxCheckpointer, _past_budget, agent_for, chat_graph,
-                                           outage, state_of)
+                                           outage, state_of, usage_of)
 
 AGENT = "wakeful.examples.langgraph_loop:agent"
 
@@ -381,3 +382,13 @@ def test_a_paused_workers_write_never_runs_and_its_graph_state_is_never_written(
     assert call["id"] == effect.tool_use_id and effect.generation >= 2
     [ai, _] = [m for m in _messages(cluster, "stall") if isinstance(m, AIMessage)]
     assert [c["id"] for c in ai.tool_calls] == [effect.tool_use_id]  # the second's graph only
+
+
+def test_a_chat_models_usage_counts_cached_input_apart_and_names_its_model() -> None:
+    """LangGraph's model node counts each answer's spend (kit.spent): LangChain's
+    ``input_tokens`` include the cache's reads and writes, which the day's spend prices apart."""
+    answer = AIMessage("ok", response_metadata={"model_name": "claude-sonnet-4-5"},
+                       usage_metadata={"input_tokens": 100, "output_tokens": 20, "total_tokens": 120,
+                                       "input_token_details": {"cache_read": 30, "cache_creation": 10}})
+    assert usage_of(answer, "fallback") == Usage("claude-sonnet-4-5", 60, 20, 10, 30)
+    assert usage_of(AIMessage("no usage reported"), "fallback") == Usage("fallback", 0, 0, 0, 0)
