@@ -108,10 +108,12 @@ class Action:
 
 @dataclass(frozen=True)
 class Done:
-    """What an action did: its audit row, and whether the inbox has new work to ring for."""
+    """What an action did: its audit row, whether the inbox has new work to ring for, and the
+    events a requeue put back (as they are now)."""
 
     action: Action
     ring: bool
+    events: tuple[Event, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -401,7 +403,7 @@ def in_order(items: list[Item]) -> tuple[Item, ...]:
     run, the tool call and the answer can all fall in one) in the order one step caused the
     next, placed by the event ids they follow: an event, then the run that read it, then what
     that run's finish wrote (its tool calls, their approvals, its messages); an answer given
-    in the console just before the event it stored."""
+    in the console just before the event it stored; actions among themselves in the order taken."""
     runs = [i.record for i in items if i.kind == "run"]
     effects = {i.record.tool_use_id: i.record for i in items if i.kind == "effect"}
     answers = {i.record.source_id: i.record.id for i in items if i.kind == "event" and i.record.source == "approval"}
@@ -426,7 +428,23 @@ def in_order(items: list[Item]) -> tuple[Item, ...]:
             return run_at(effect.created, effect.generation) if effect is not None else run_at(item.at)
         return answers.get(r.target, 0) if r.action == "answer" else 0
 
-    return tuple(sorted(items, key=lambda i: (i.at, after(i), _RANK[i.kind]), reverse=True))
+    # Actions are numbered as they were taken: within one second a later one (a requeue after
+    # an answer) stands at least where the one before it does, and above it.
+    placed: dict[int, int] = {}
+    last: tuple[int, int] = (-1, 0)  # (second, place) of the previous action
+    for item in sorted((i for i in items if i.kind == "action"), key=lambda i: i.record.id):
+        place = after(item)
+        if last[0] == item.at:
+            place = max(place, last[1])
+        placed[item.record.id] = place
+        last = (item.at, place)
+
+    def key(i: Item) -> tuple[int, int, int, int]:
+        if i.kind == "action":
+            return i.at, placed[i.record.id], _RANK[i.kind], i.record.id
+        return i.at, after(i), _RANK[i.kind], 0
+
+    return tuple(sorted(items, key=key, reverse=True))
 
 
 def encode(bounds: dict[str, Any]) -> str:
@@ -635,12 +653,14 @@ def requeue(conn: Connection, actor: str, inbox: str, event_id: int | None, now:
     if event_id is None:
         requeued = inbox_rules.requeue(conn, inbox, None)
         outcome = f"requeued {len(requeued)} dead event(s)" if requeued else "no dead events: nothing requeued"
-        return Done(record(conn, actor, "requeue_all", inbox, None, None, outcome, now), bool(requeued))
+        return Done(record(conn, actor, "requeue_all", inbox, None, None, outcome, now), bool(requeued),
+                    tuple(requeued))
     owner = conn.execute(select(events.c.inbox).where(events.c.id == event_id)).scalar()
     requeued = inbox_rules.requeue(conn, inbox, event_id) if owner == inbox else []
     outcome = ("requeued" if requeued else f"not in inbox {inbox}: nothing requeued" if owner != inbox
                else "not dead: nothing requeued")
-    return Done(record(conn, actor, "requeue", inbox, str(event_id), None, outcome, now), bool(requeued))
+    return Done(record(conn, actor, "requeue", inbox, str(event_id), None, outcome, now), bool(requeued),
+                tuple(requeued))
 
 
 def answer(conn: Connection, s: Any, actor: str, inbox: str, request_id: str, given: str, now: int) -> Done:

@@ -88,6 +88,10 @@ def test_requeue_one_event_resets_attempts_and_rings(wakeful: Wakeful, content: 
     missing = wakeful("requeue", "999999", "--json")
     assert missing.exit_code == 1 and missing.stdout.strip() == '{"error": "no event with id 999999"}'
     assert rings == ["alice"]
+    # Audited as the console's actions are (the inbox's timeline shows them), newest first.
+    assert [(a.actor, a.action, a.target, a.outcome) for a in make_store().console.actions("alice")] == [
+        ("cli", "requeue", str(content.poison_id), "not dead: nothing requeued"),
+        ("cli", "requeue", str(content.poison_id), "requeued")]
 
 
 def test_requeue_an_inbox(wakeful: Wakeful, content: Content, make_store: Callable[..., Store],
@@ -126,7 +130,7 @@ def test_approvals_pending_with_deadlines(wakeful: Wakeful, content: Content) ->
     assert wakeful("approvals", "--inbox", "bob").stdout.strip() == "no pending approvals"
 
 
-def test_answer(wakeful: Wakeful, content: Content, rings: list[str]) -> None:
+def test_answer(wakeful: Wakeful, content: Content, rings: list[str], make_store: Callable[..., Store]) -> None:
     assert parsed(wakeful("answer", "alice", "refund-1", "yes", "--json")) == {
         "inbox": "alice", "request_id": "refund-1", "outcome": "yes"}
     assert rings == ["alice"]
@@ -140,6 +144,10 @@ def test_answer(wakeful: Wakeful, content: Content, rings: list[str]) -> None:
     bad = wakeful("answer", "alice", "refund-1", "maybe")
     assert bad.exit_code == 2 and "'yes' or 'no'" in bad.stderr
     assert parsed(wakeful("approvals", "--json")) == []
+    # Audited, the refused "maybe" not (nothing was done or stored); answered_by stays "cli".
+    assert [(a.actor, a.inbox, a.target, a.detail, a.outcome) for a in make_store().console.actions()] == [
+        ("cli", "alice", "refund-9", "yes", "unknown"), ("cli", "bob", "refund-2", "yes", "expired"),
+        ("cli", "alice", "refund-1", "no", "yes"), ("cli", "alice", "refund-1", "yes", "yes")]
 
 
 # -- per-inbox views --------------------------------------------------------------------

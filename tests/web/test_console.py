@@ -20,7 +20,8 @@ import anyio.from_thread
 import pytest
 
 from store import Effect, Message, Outcome, Store
-from store.console import AGENT_RUNS_KEY, decode
+from store.console import AGENT_RUNS_KEY, Action, Item, decode, in_order
+from store.records import Event
 from store.spend import Budget, Usage
 from wakeful.settings import WebSettings
 from wakeful.web.app import create_app
@@ -432,3 +433,16 @@ def test_failed_sign_ins_are_bounded_per_second(client: Client) -> None:
     codes = [r.status_code for r in client.gather([("GET", "/console", {"auth": ("ada", f"guess {i}")})
                                                    for i in range(12)])]
     assert sorted(set(codes)) == [401, 429] and codes.count(401) <= 5
+
+
+def test_actions_in_one_second_stand_in_the_order_they_were_taken() -> None:
+    """An answer given in the console is placed just under the event it stored; a requeue in the
+    same second after it (the box is fast: the CI's Chromium test did both within one) must
+    still be the newest step of the two, not fall under the answer."""
+    t = 1_800_000_000
+    answer_event = Item("event", t, Event(9, "ada", "approval", "toolu_1", {"answer": "yes"}, "done", 1))
+    answered = Item("action", t, Action(1, t, "console:ada", "answer", "ada", "toolu_1", "yes", "yes"))
+    requeued = Item("action", t, Action(2, t, "console:ada", "requeue", "ada", "7", None, "requeued"))
+    shown = in_order([answered, requeued, answer_event])
+    assert [i.record.id for i in shown if i.kind == "action"] == [2, 1]
+    assert shown.index(answer_event) < shown.index(answered)  # the answer's event above the answer

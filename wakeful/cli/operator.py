@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from store import InboxStatus, Store
 
 STATUSES = ("pending", "running", "done", "dead")
+CLI_ACTOR = "cli"  # who the command line's actions are by: an approval's answered_by, the audit's actor
 JSON = typer.Option(False, "--json", help="JSON on stdout, for scripts.")
 INBOX = typer.Option(None, "--inbox", "-i", help="Only this inbox.")
 REQUIRED_INBOX = typer.Option(..., "--inbox", "-i", help="The inbox.")
@@ -270,17 +271,17 @@ def requeue(event_id: Optional[int] = typer.Argument(None, help="A dead event's 
     One event (EVENT_ID) or every dead event of an inbox (--inbox)."""
     if (event_id is None) == (inbox is None):
         fail("give either an EVENT_ID or --inbox INBOX", as_json, code=2)
-    with opened_store() as store:
+    with opened_store() as store:  # through the console's action: audited as by "cli", in the same transaction
         if event_id is not None:
-            event = store.requeue(event_id)
-            if event is None:
-                found = store.operator.event(event_id)
-                fail(f"event {event_id} is {found.status}, not dead: nothing requeued" if found
-                     else f"no event with id {event_id}", as_json)
-            requeued = [event]
+            found = store.operator.event(event_id)
+            if found is None:
+                fail(f"no event with id {event_id}", as_json)
+            requeued = list(store.console.requeue(CLI_ACTOR, found.inbox, event_id).events)
+            if not requeued:
+                fail(f"event {event_id} is {found.status}, not dead: nothing requeued", as_json)
         else:
             require_inbox(store, inbox, as_json)
-            requeued = store.operator.requeue_inbox(inbox)
+            requeued = list(store.console.requeue(CLI_ACTOR, inbox).events)
     for name in dict.fromkeys(e.inbox for e in requeued):
         ring(name)
     if as_json:
@@ -322,8 +323,8 @@ def answer(inbox: str, request_id: str,
            reply: str = typer.Argument(..., help="yes or no"), as_json: bool = JSON) -> None:
     """Answer an approval; prints the outcome that stands (yes, no, expired or unknown)."""
     try:
-        with opened_store() as store:
-            outcome = store.answer_approval(inbox, request_id, reply, by="cli")
+        with opened_store() as store:  # audited as the console's actions are, by "cli"
+            outcome = store.console.answer(CLI_ACTOR, inbox, request_id, reply).action.outcome
     except ValueError as exc:
         fail(f"rejected: {exc}", as_json, code=2)
     if outcome != "unknown":
