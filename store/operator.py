@@ -207,11 +207,6 @@ class Operator:
         with self.transactions.transaction() as conn:
             return run_log(conn, inbox, limit)
 
-    def requeue_inbox(self, inbox: str) -> list[Event]:
-        """Every dead event of ``inbox`` back to pending, attempts reset."""
-        with self.transactions.transaction() as conn:
-            return inbox_rules.requeue(conn, inbox, None)
-
     def metrics(self, *, now: int | None = None) -> dict[str, Any]:
         """Events pending/running/dead, oldest pending age, outbox held, timers overdue,
         rejections by origin, counters: across all inboxes."""

@@ -133,8 +133,8 @@ def test_requeue_a_whole_inbox(store: Store) -> None:
     store.ingest("a", "chat", "poison-2", {}, now=now)
     now = kill_poison(store, "a", now)  # its "poison" is a duplicate; "poison-2" dies this time
     assert {e.source_id for e in store.dead("a")} == {"poison", "poison-2"}
-    assert [e.status for e in store.operator.requeue_inbox("a")] == ["pending", "pending"]
-    assert store.dead("a") == [] and store.operator.requeue_inbox("a") == []
+    assert [e.status for e in store.console.requeue("op", "a").events] == ["pending", "pending"]
+    assert store.dead("a") == [] and store.console.requeue("op", "a").events == ()
 
 
 def test_metrics_attention_and_incidents(store: Store) -> None:
