@@ -84,6 +84,14 @@ class Usage:
         return cls(model, get("input_tokens"), get("output_tokens"),
                    get("cache_creation_input_tokens"), get("cache_read_input_tokens"))
 
+    @classmethod
+    def cache_in_input(cls, model: str, input_tokens: Any, output_tokens: Any, cache_write: Any = 0,
+                       cache_read: Any = 0) -> Usage:
+        """From a count whose input includes the cache's writes and reads (Pydantic AI's,
+        LangChain's, OpenAI's), which are priced apart: missing or null fields count 0."""
+        write, read = max(0, int(cache_write or 0)), max(0, int(cache_read or 0))
+        return cls(model, max(0, int(input_tokens or 0) - write - read), max(0, int(output_tokens or 0)), write, read)
+
     @property
     def input_all(self) -> int:
         return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens

@@ -207,7 +207,7 @@ class Toolkit:
     def spent(self, usage: Usage) -> None:
         """Call right after each model call with what it used: counted for the inbox's and the
         agent's day at once, even if this run is fenced later."""
-        if usage.input_tokens or usage.output_tokens or usage.cache_read_tokens or usage.cache_write_tokens:
+        if usage.tokens:  # a model that reports nothing costs no transaction
             self.run.count_spend(self.config.budget, usage)
 
     async def aspent(self, usage: Usage) -> None:

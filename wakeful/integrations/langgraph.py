@@ -253,10 +253,9 @@ def usage_of(message: BaseMessage, model: str) -> Usage:
     include the cached ones) as the day's spend counts it; nothing when the model reports none."""
     meta: dict[str, Any] = dict(getattr(message, "usage_metadata", None) or {})
     details = dict(meta.get("input_token_details") or {})
-    cache_read, cache_write = int(details.get("cache_read") or 0), int(details.get("cache_creation") or 0)
     named = (getattr(message, "response_metadata", None) or {}).get("model_name")
-    return Usage(str(named or model), max(0, int(meta.get("input_tokens") or 0) - cache_read - cache_write),
-                 int(meta.get("output_tokens") or 0), cache_write, cache_read)
+    return Usage.cache_in_input(str(named or model), meta.get("input_tokens"), meta.get("output_tokens"),
+                                details.get("cache_creation"), details.get("cache_read"))
 
 
 def outage(exc: BaseException) -> TryLater | None:

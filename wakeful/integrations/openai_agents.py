@@ -283,9 +283,9 @@ class _Hooks(RunHooks[Any]):
 
     async def on_llm_end(self, context: Any, agent: Agent[Any], response: Any) -> None:
         usage = response.usage
-        cached = int(getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", 0) or 0)
-        spent = Usage(_model_name(agent.model, self.kit.config.model), max(0, int(usage.input_tokens or 0) - cached),
-                      int(usage.output_tokens or 0), 0, cached)
+        cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", 0)
+        spent = Usage.cache_in_input(_model_name(agent.model, self.kit.config.model), usage.input_tokens,
+                                     usage.output_tokens, 0, cached)
         await self.kit.aspent(spent)
 
 

@@ -364,9 +364,8 @@ def _usage(response: ModelResponse, configured: str) -> Usage:
     """A response's usage as wakeful counts it: input without the cached part (Pydantic AI's
     ``input_tokens`` includes cache reads and writes)."""
     u = response.usage
-    read, write = int(u.cache_read_tokens or 0), int(u.cache_write_tokens or 0)
-    return Usage(response.model_name or configured, max(0, int(u.input_tokens or 0) - read - write),
-                 max(0, int(u.output_tokens or 0)), write, read)
+    return Usage.cache_in_input(response.model_name or configured, u.input_tokens, u.output_tokens,
+                                u.cache_write_tokens, u.cache_read_tokens)
 
 
 def outage(exc: BaseException) -> TryLater | None:
