@@ -100,8 +100,10 @@ def get_store() -> Store:
             from tasks.application import runtime_settings  # not at import: see pool_sizes
 
             settings = runtime_settings()
+            # A dense worker's async runs await on the loop's own connections (tasks/event_loop.py);
+            # opened on first use, so a worker of sync agents opens none.
             _store = Store.connect(settings.store_url, pool_size=size, max_overflow=overflow,
-                                   **settings.store_options())
+                                   loop_pool_size=size if dense() else 0, **settings.store_options())
             for hook in STORE_HOOKS:
                 hook(_store)
             _pid = os.getpid()
