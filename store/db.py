@@ -85,8 +85,7 @@ def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout:
             url = parsed.set(drivername=driver).render_as_string(hide_password=False)
         timeouts = {"idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_MS,
                     "lock_timeout": lock_timeout * 1000}
-        # pg_stat_activity tells the loop's connections from the threads' (docs/operating.md).
-        connect_args: dict[str, Any] = {"application_name": "wakeful-loop" if on_loop else "wakeful"}
+        connect_args: dict[str, Any] = {"application_name": "wakeful"}
         if pooler == "transaction":
             connect_args["prepare_threshold"] = None
         else:

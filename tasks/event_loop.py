@@ -7,22 +7,11 @@ started at the first async run, so a worker of sync agents never has one; a fork
 starts its own). Not a loop per run: connection pools and sessions an agent keeps at module
 level live on one loop for the life of the process, as the frameworks expect.
 
-**The async run path** (``serve``): where the store has a loop engine (PostgreSQL) and the
-pool is dense, an async agent's whole run task runs here, not only its coroutine. The run
-task's code is the sync code every run uses (tasks/run_inbox.py), run in a greenlet on this
-loop (SQLAlchemy's ``greenlet_spawn``): each store call it makes awaits on psycopg's async
-connections (store/transactions.py), the agent's coroutine is awaited in the same task, and
-no thread carries the run meanwhile, so a thousand runs in flight are a thousand tasks on one
-thread, not a thousand threads taking turns at the interpreter lock and the connection pool.
-The Celery thread that received the ring only waits for the task's end (Flower shows its
-summary as before). A run past its deadline has its task cancelled (``canceller``), which
-the run sees as ``SoftTimeLimitExceeded``, as a thread's run does.
-
-Elsewhere (SQLite, a prefork child, an agent called outside a run task) the run task's
-thread waits for the coroutine as before: ``outcome_of`` hands it to this loop and waits, and
-a deadline's ``SoftTimeLimitExceeded`` raised in that thread cancels it. ``TryLater``,
-``LeaseLost`` and any other exception the coroutine raises are raised in the run's code, as
-a sync agent's would be.
+The run task's thread waits for the coroutine's end and is what the runtime times and
+fences as before: the lease keeper renews meanwhile, and a run past its deadline gets
+``SoftTimeLimitExceeded`` raised in that thread (tasks/run_inbox.py), which cancels the
+coroutine here. ``TryLater``, ``LeaseLost`` and any other exception the coroutine raises are
+raised in the thread, as a sync agent's would be.
 
 One blocking call in an async agent (``time.sleep``, a sync HTTP client) stalls every async
 run of the process: a watchdog on the loop logs a warning naming how long the loop was held,
@@ -33,17 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
-import inspect
 import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
-
-from celery.exceptions import SoftTimeLimitExceeded
-from sqlalchemy.util.concurrency import await_, greenlet_spawn, in_greenlet
 
 log = logging.getLogger("wakeful.runs")
 T = TypeVar("T")
@@ -60,56 +44,6 @@ LOOK_EVERY = 1.0
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _pid: int | None = None
-
-
-# The reason a run's task is cancelled with when it passes its deadline: told apart from a
-# cancellation for any other reason (the worker shutting down), which ends the task as is.
-PAST_DEADLINE = "wakeful: the run passed its deadline"
-
-
-def is_async(agent: Any) -> bool:
-    """An ``async def`` agent (or an object whose ``__call__`` is one)."""
-    return inspect.iscoroutinefunction(agent) or inspect.iscoroutinefunction(getattr(agent, "__call__", None))
-
-
-def serve(body: Callable[[], T]) -> T:
-    """Run the sync ``body`` (a run task's code) in a greenlet on this process's loop, in the
-    calling thread's context (its trace), and wait for its result."""
-    return run(greenlet_spawn(contextvars.copy_context().run, body))
-
-
-def on_loop() -> bool:
-    """Whether this code runs inside ``serve`` (a greenlet on the loop)."""
-    return in_greenlet()
-
-
-def canceller() -> Callable[[], None]:
-    """Inside ``serve``: a callable, safe from any thread, that ends this task's current wait
-    with ``SoftTimeLimitExceeded`` (the lease keeper's, at the run's deadline)."""
-    task, here = asyncio.current_task(), asyncio.get_running_loop()
-    assert task is not None
-    return lambda: here.call_soon_threadsafe(task.cancel, PAST_DEADLINE)
-
-
-def wait_for(awaitable: Awaitable[T]) -> T:
-    """Inside ``serve``: the awaitable's result, the loop serving other runs meanwhile."""
-    try:
-        return await_(awaitable)
-    except asyncio.CancelledError as exc:
-        if exc.args != (PAST_DEADLINE,):
-            raise
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()  # handled here: the run's finish still awaits its commit
-        raise SoftTimeLimitExceeded(PAST_DEADLINE) from None
-
-
-def pause(seconds: float) -> None:
-    """``time.sleep`` that, inside ``serve``, lets the loop's other runs go on."""
-    if on_loop():
-        wait_for(asyncio.sleep(seconds))
-    else:
-        time.sleep(seconds)
 
 
 def run(coroutine: Awaitable[T]) -> T:
@@ -163,6 +97,6 @@ async def _watch() -> None:
 
 def outcome_of(result: Any) -> Any:
     """An agent's return value, awaited on this process's loop when it is a coroutine."""
-    if not inspect.isawaitable(result):
-        return result
-    return wait_for(result) if on_loop() else run(result)
+    import inspect
+
+    return run(result) if inspect.isawaitable(result) else result

@@ -160,8 +160,7 @@ _INERT: AbstractContextManager[None] = nullcontext()
 
 @contextmanager
 def _armed(store: Any, name: str, context: dict[str, Any]) -> Iterator[None]:
-    for engine in store.engines:  # the threads' and, in a dense worker, the loop's
-        _hook(engine)
+    _hook(store.engine)
     token = _pending.set((name, context, {"wrote": False}))
     try:
         yield

@@ -46,7 +46,6 @@ exits with its worker, and a child whose parent is gone exits too. At most ``MAX
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import inspect
 import logging
 import multiprocessing
@@ -76,9 +75,6 @@ log = logging.getLogger("wakeful.runs")
 MAX_APART = 32
 
 _slots = threading.BoundedSemaphore(MAX_APART)
-# The threads that wait for runs apart of the async run path (the loop's default executor is
-# the frameworks' for their store calls: a minute-long run apart must not hold one of those).
-_waiters = concurrent.futures.ThreadPoolExecutor(MAX_APART, thread_name_prefix="wakeful-apart")
 _context: Any = None
 _context_lock = threading.Lock()
 
@@ -93,14 +89,6 @@ def call_agent(agent: Agent, run: Run, *, deadline: float | None = None) -> Outc
     ``deadline`` (a ``time.monotonic()``) is when a run apart is killed."""
     if not runs_apart(run):
         return event_loop.outcome_of(agent(run))  # an async agent's coroutine runs on the process's loop
-    if event_loop.on_loop():
-        # The async run path: the wait on the child's pipe is a thread's, not the loop's.
-        return event_loop.wait_for(asyncio.get_running_loop().run_in_executor(
-            _waiters, lambda: _call_apart(agent, run, deadline)))
-    return _call_apart(agent, run, deadline)
-
-
-def _call_apart(agent: Agent, run: Run, deadline: float | None) -> Outcome | None:
     try:
         pickled = pickle.dumps(agent)
     except Exception as exc:  # noqa: BLE001 - e.g. a closure: it can only run here

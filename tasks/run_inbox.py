@@ -43,7 +43,7 @@ from store.spend import Budget, Usage, Verdict
 
 from wakeful.agent import Agent, LeaseLost, Run, TryLater, load_agent, summary_of
 from tasks.application import app, runtime_settings
-from tasks import doorbell, event_loop, isolation, runtime
+from tasks import doorbell, isolation, runtime
 from tasks.lease_keeper import keeper
 from tasks.runtime import get_store, holder_name
 
@@ -164,29 +164,15 @@ def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = N
     if drain:
         until = min(time.monotonic() + settings.drain_seconds, deadline - settings.run_time_limit / 2)
         backlog = Drain(until, skip=[])
-    body = functools.partial(_run_task, store, agent, inbox, lane, holder, deadline, backlog)
-    if on_the_loop(store, agent):
-        return event_loop.serve(body)  # the async run path (tasks/event_loop.py)
     with store.transactions.pinned():
-        return body()
-
-
-def on_the_loop(store: Store, agent: Agent) -> bool:
-    """Whether this run task runs on the process's event loop rather than in its thread: an
-    async agent where many runs share the process and the store can await (PostgreSQL)."""
-    return runtime.dense() and store.transactions.loop_engine is not None and event_loop.is_async(agent)
-
-
-def _run_task(store: Store, agent: Agent, inbox: Any, lane: int | None, holder: str, deadline: float,
-              backlog: Drain | None) -> dict[str, Any]:
-    if lane is None or not isinstance(inbox, str):
-        summary = _run_inbox(store, agent, inbox, holder, deadline, backlog)
-    else:
-        summary = {"inbox": inbox, "recruited": f"lane {lane}"}
-    if backlog is not None and summary.get("inbox") is not None:
-        if summary.get("end") == "handed back":
-            backlog.skip.append(inbox)
-        summary["next"] = _drain_backlog(store, agent, holder, deadline, backlog)
+        if lane is None or not isinstance(inbox, str):
+            summary = _run_inbox(store, agent, inbox, holder, deadline, backlog)
+        else:
+            summary = {"inbox": inbox, "recruited": f"lane {lane}"}
+        if backlog is not None and summary.get("inbox") is not None:
+            if summary.get("end") == "handed back":
+                backlog.skip.append(inbox)
+            summary["next"] = _drain_backlog(store, agent, holder, deadline, backlog)
     return summary
 
 
@@ -276,7 +262,7 @@ def _loop(lease: HeldLease, agent: Agent, events: list[Event], memory: dict[str,
                 log.error("inbox %r: claim finds nothing but release refuses; leaving the "
                           "lease to lapse (the sweep rings again)", inbox)
                 return "stuck"
-            event_loop.pause(0.01 * (empty_refusals - 1))
+            time.sleep(0.01 * (empty_refusals - 1))
             events = store.claim(inbox, holder, gen)
             if not events and not lease.renew():
                 return "fenced"  # the release refused because the lease is no longer ours
@@ -315,7 +301,7 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
     result: dict[str, Any] = {"events": ids}
     try:
         name = f"{inbox}@{lease.generation}"
-        end = functools.partial(_end_past_deadline, lease, ids, _interrupter())
+        end = functools.partial(_end_past_deadline, lease, ids, threading.get_ident())
         # Where runs share the process, the agent waits (on a model, a tool) without a
         # database connection: the pinned one goes back to the pool until the finish. A
         # prefork child runs one run at a time, so it keeps its connection (and saves a
@@ -361,26 +347,15 @@ def _run_batch(lease: HeldLease, agent: Agent, events: list[Event], memory: dict
         return _complete(lease, ids, claim_next, result, error=error)
 
 
-def _interrupter() -> Callable[[], None]:
-    """How the lease keeper ends this run's wait past its deadline: its task on the event loop
-    is cancelled, or ``SoftTimeLimitExceeded`` is raised in its thread."""
-    if event_loop.on_loop():
-        return event_loop.canceller()
-    thread_id = threading.get_ident()
-    return lambda: ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(SoftTimeLimitExceeded))
-
-
-def _end_past_deadline(lease: HeldLease, ids: list[int], interrupt: Callable[[], None]) -> None:
+def _end_past_deadline(lease: HeldLease, ids: list[int], thread_id: int) -> None:
     """The lease keeper's call when a run passes ``WAKEFUL_RUN_TIME_LIMIT``, whatever pool
     carries it: the run's events fail (the attempt stands: a run that never ends is a poison
     event's way too), the lease is given back and the inbox rung, so its other events do not
     wait for the stuck run. The run's own finish, whenever it comes, is refused (fenced). In a
-    dense worker the run is also interrupted, as a prefork child is by Celery (Celery's
-    threads pool has no time limits, celery#9203, and cannot terminate a job, celery#10490):
-    a run on the event loop has its task cancelled at once; a run in a thread gets
-    ``SoftTimeLimitExceeded`` raised in it at its next Python bytecode, so a call blocked in C
-    (a socket read) ends when that call returns or times out."""
+    dense worker the run's thread also gets ``SoftTimeLimitExceeded`` raised in it, as a
+    prefork child gets it from Celery (Celery's threads pool has no time limits,
+    celery#9203, and cannot terminate a job, celery#10490): at its next Python bytecode, so a
+    call blocked in C (a socket read) ends when that call returns or times out."""
     store, inbox, holder, gen = lease.store, lease.inbox, lease.holder, lease.generation
     error = f"the run passed WAKEFUL_RUN_TIME_LIMIT ({runtime_settings().run_time_limit}s)"
     if store.runs.finish(inbox, holder, gen, ids, error=error):
@@ -388,7 +363,7 @@ def _end_past_deadline(lease: HeldLease, ids: list[int], interrupt: Callable[[],
     if store.release(inbox, holder, gen, force=True):
         doorbell.ring(inbox)
     if runtime.dense():
-        interrupt()
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(SoftTimeLimitExceeded))
 
 
 def _complete(lease: HeldLease, ids: list[int], claim_next: bool, result: dict[str, Any], *,

@@ -100,10 +100,8 @@ def get_store() -> Store:
             from tasks.application import runtime_settings  # not at import: see pool_sizes
 
             settings = runtime_settings()
-            # A dense worker's async runs await on the loop's own connections (tasks/event_loop.py);
-            # opened on first use, so a worker of sync agents opens none.
             _store = Store.connect(settings.store_url, pool_size=size, max_overflow=overflow,
-                                   loop_pool_size=size if dense() else 0, **settings.store_options())
+                                   **settings.store_options())
             for hook in STORE_HOOKS:
                 hook(_store)
             _pid = os.getpid()

@@ -235,7 +235,7 @@ def pg_connections_killed(make_stack: MakeStack, rng: random.Random, scale: int 
                 time.sleep(rng.uniform(0.1, 0.5))
                 rows = conn.execute(text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :db "
-                    "AND pid <> pg_backend_pid() AND application_name IN ('wakeful', 'wakeful-loop')"), {"db": db}).all()
+                    "AND pid <> pg_backend_pid() AND application_name = 'wakeful'"), {"db": db}).all()
                 terminated[0] += len(rows)
 
     thread = threading.Thread(target=killer, daemon=True)

@@ -82,7 +82,7 @@ class Peaks:
                 finished = sum(1 for line in lines if line.get("point") == "after_finish_commit")
                 self.in_agent = max(self.in_agent, entered - finished)
                 held = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = :db "
-                                         "AND pid <> pg_backend_pid() AND application_name IN ('wakeful', 'wakeful-loop') "
+                                         "AND pid <> pg_backend_pid() AND application_name = 'wakeful' "
                                          "AND client_port IS NOT NULL"), {"db": self._db}).scalar_one()
                 self.connections = max(self.connections, held)
 
