@@ -53,14 +53,8 @@ IDLE_IN_TRANSACTION_MS = 15_000  # no store transaction idles for even a second 
 POOLERS = ("", "transaction")
 
 
-def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout: int = 5, pooler: str = "",
-           on_loop: bool = False) -> Engine:
+def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout: int = 5, pooler: str = "") -> Engine:
     """An engine for ``sqlite:///path`` or ``postgresql+psycopg://...``.
-
-    ``on_loop``: the engine an event loop's runs use (PostgreSQL only; ``Transactions``):
-    psycopg's async connections behind SQLAlchemy's sync face, so the store's code is the
-    same and each round trip inside ``greenlet_spawn`` awaits on the loop instead of holding
-    a thread. Its connections belong to the loop that opened them.
 
     Create it in the process that uses it (after a prefork fork, never before): a
     connection inherited across ``fork`` corrupts the protocol stream.
@@ -75,14 +69,11 @@ def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout:
     if pooler not in POOLERS:
         raise InvalidCall(f"pooler must be one of {POOLERS}, got {pooler!r}")
     parsed = make_url(url)
-    if on_loop and parsed.get_backend_name() != "postgresql":
-        raise InvalidCall("an event loop's engine needs PostgreSQL (psycopg's async connections)")
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, parsed.database)
     if parsed.get_backend_name() == "postgresql":
-        if parsed.drivername in ("postgresql", "postgresql+psycopg"):
-            driver = "postgresql+psycopg_async" if on_loop else "postgresql+psycopg"
-            url = parsed.set(drivername=driver).render_as_string(hide_password=False)
+        if parsed.drivername == "postgresql":
+            url = parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
         timeouts = {"idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_MS,
                     "lock_timeout": lock_timeout * 1000}
         connect_args: dict[str, Any] = {"application_name": "wakeful"}
@@ -98,14 +89,8 @@ def create(url: str, *, pool_size: int = 2, max_overflow: int = 4, lock_timeout:
             isolation = {"isolation_level": "AUTOCOMMIT"}
         else:
             isolation = {}
-        options: dict[str, Any] = dict(pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True,
-                                       pool_recycle=1800, connect_args=connect_args, **isolation)
-        if on_loop:
-            from sqlalchemy.ext.asyncio import create_async_engine
-
-            engine = create_async_engine(url, **options).sync_engine
-        else:
-            engine = create_engine(url, **options)
+        engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True,
+                               pool_recycle=1800, connect_args=connect_args, **isolation)
         if pooler == "transaction":
             from . import plans
 

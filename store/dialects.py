@@ -38,9 +38,6 @@ class Dialect:
     # A list binds as one array parameter (``unnest``): a statement for any number of rows
     # compiles once; elsewhere each count of rows is a statement of its own.
     array_parameters: bool
-    # The driver has async connections an event loop's runs can await (store/transactions.py);
-    # SQLite's file locks would only move the wait.
-    loop_connections: bool
 
     @classmethod
     def of(cls, bind: Engine | Connection) -> Dialect:
@@ -59,7 +56,6 @@ POSTGRESQL = Dialect(
     autocommit_statements=True,
     plan_functions=True,
     array_parameters=True,
-    loop_connections=True,
 )
 
 SQLITE = Dialect(
@@ -70,7 +66,6 @@ SQLITE = Dialect(
     autocommit_statements=False,
     plan_functions=False,
     array_parameters=False,
-    loop_connections=False,
 )
 
 _BY_NAME = {d.name: d for d in (POSTGRESQL, SQLITE)}

@@ -35,11 +35,9 @@ from wakeful.settings import StoreSettings
 
 
 class Store:
-    def __init__(self, engine: Engine, settings: StoreSettings | None = None,
-                 loop_engine: Engine | None = None) -> None:
-        self.transactions = Transactions(engine, settings, loop_engine)
+    def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
+        self.transactions = Transactions(engine, settings)
         self.engine = engine
-        self.engines = [engine] if loop_engine is None else [engine, loop_engine]
         self.settings = self.transactions.settings
         # The parts (docs/store.md): every call that is not the contract's.
         self.runs = Runs(self.transactions)
@@ -56,23 +54,17 @@ class Store:
 
     @classmethod
     def connect(cls, url: str, *, pool_size: int = 2, max_overflow: int = 4, pooler: str = "",
-                loop_pool_size: int = 0, **settings: Any) -> "Store":
+                **settings: Any) -> "Store":
         """``sqlite:///path`` or ``postgresql+psycopg://...``; ``settings`` are the fields of
         ``StoreSettings`` (lease_ttl, max_attempts, outbox_gap, batch_limit, backoff_base, ...).
         ``pooler="transaction"`` when the URL points at PgBouncer in transaction mode.
-        ``pool_size`` + ``max_overflow`` bound the connections this process opens from threads;
-        ``loop_pool_size`` (PostgreSQL), those its event loop's runs open (store/transactions.py)."""
+        ``pool_size`` + ``max_overflow`` bound the connections this process opens."""
         unknown = set(settings) - StoreSettings.names()
         if unknown:
             raise TypeError(f"unknown store settings: {', '.join(sorted(unknown))}")
         store_settings = StoreSettings(**settings)
-        engine = create(url, pool_size=pool_size, max_overflow=max_overflow,
-                        lock_timeout=store_settings.lock_timeout, pooler=pooler)
-        loop_engine = None
-        if loop_pool_size and Dialect.of(engine).loop_connections:
-            loop_engine = create(url, pool_size=loop_pool_size, max_overflow=0,
-                                 lock_timeout=store_settings.lock_timeout, pooler=pooler, on_loop=True)
-        return cls(engine, store_settings, loop_engine)
+        return cls(create(url, pool_size=pool_size, max_overflow=max_overflow,
+                          lock_timeout=store_settings.lock_timeout, pooler=pooler), store_settings)
 
     def migrate(self) -> None:
         """Alembic upgrade to head (also ``wakeful db upgrade``)."""

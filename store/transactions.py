@@ -1,15 +1,9 @@
 """``Transactions``: the one way a store call reaches the database.
 
-The engines, the store's settings, and this thread's pinned connection (``pinned``) live
+The engine, the store's settings, and this thread's pinned connection (``pinned``) live
 here; the ``Store`` front and every per-concern part hold the same ``Transactions`` and open
 each short transaction through it (``transaction``, or ``statement`` for a one-statement
 write), so the pinning and the mapping of constraint errors hold for every call.
-
-Two engines where a process serves runs on an event loop (tasks/event_loop.py): a store call
-made inside SQLAlchemy's ``greenlet_spawn`` on that loop goes through ``loop_engine`` (psycopg's
-async connections: the round trip awaits, the loop serves other runs meanwhile), and any
-other call (a thread: the lease keeper, a sync agent, a framework's ``asyncio.to_thread``)
-through ``engine``. The store's code is the same for both; only the connection differs.
 """
 
 from __future__ import annotations
@@ -22,7 +16,6 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.util.concurrency import in_greenlet
 
 from . import errors
 from .db import clock, lock_timed_out
@@ -37,24 +30,10 @@ PINNED_IDLE_SECONDS = 1.0
 
 
 class Transactions:
-    def __init__(self, engine: Engine, settings: StoreSettings | None = None,
-                 loop_engine: Engine | None = None) -> None:
+    def __init__(self, engine: Engine, settings: StoreSettings | None = None) -> None:
         self.engine = engine
-        self.loop_engine = loop_engine
         self.settings = settings or StoreSettings()
         self._pinned = threading.local()
-
-    def _here(self) -> Engine:
-        """The engine for a call made here: the loop's inside ``greenlet_spawn``, else the
-        threads'. Never pinned on the loop: its thread is shared by every run there."""
-        if self.loop_engine is not None and in_greenlet():
-            return self.loop_engine
-        return self.engine
-
-    def _pinned_conn(self) -> Connection | None:
-        if self.loop_engine is not None and in_greenlet():
-            return None
-        return getattr(self._pinned, "conn", None)
 
     @contextmanager
     def pinned(self) -> Iterator[None]:
@@ -67,7 +46,7 @@ class Transactions:
         again, pre-ping included, so a database restart during a long run costs nothing.
         Nested blocks reuse the outer one."""
         local = self._pinned
-        if self._here() is not self.engine or getattr(local, "conn", None) is not None:
+        if getattr(local, "conn", None) is not None:
             yield
             return
         local.conn, local.idle_since = self.engine.connect(), time.monotonic()
@@ -84,7 +63,7 @@ class Transactions:
         one at its end. A run holds a connection only inside a transaction, so a process with
         a thousand runs in flight needs a pool the size of its transactions, not of its runs."""
         local = self._pinned
-        if self._pinned_conn() is None:
+        if getattr(local, "conn", None) is None:
             yield
             return
         local.conn.close()
@@ -105,8 +84,8 @@ class Transactions:
     @contextmanager
     def _begin(self) -> Iterator[Connection]:
         local = self._pinned
-        if self._pinned_conn() is None:
-            with self._here().begin() as conn:
+        if getattr(local, "conn", None) is None:
+            with self.engine.begin() as conn:
                 yield conn
             return
         if time.monotonic() - local.idle_since > PINNED_IDLE_SECONDS:
@@ -124,11 +103,11 @@ class Transactions:
         in autocommit: the statement commits itself, one round trip instead of three (BEGIN,
         the statement, COMMIT), and as durable. Elsewhere, and on a pinned connection, it is
         an ordinary transaction."""
-        if not Dialect.of(self.engine).autocommit_statements or self._pinned_conn() is not None:
+        if not Dialect.of(self.engine).autocommit_statements or getattr(self._pinned, "conn", None) is not None:
             with self.transaction() as conn:
                 yield conn
             return
-        with errors.mapped(), self._here().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with errors.mapped(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             yield conn
 
     def deciding(self, decide: Callable[[Connection], T], held: T) -> T:
@@ -154,6 +133,3 @@ class Transactions:
 
     def dispose(self) -> None:
         self.engine.dispose()
-        if self.loop_engine is not None:
-            # Closing an async connection awaits on its loop; dropped, they close as collected.
-            self.loop_engine.dispose(close=False)
