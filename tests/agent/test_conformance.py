@@ -20,6 +20,11 @@ their framework's own test model). What each inbox shows:
 - ``budget``: with the inbox's day spent, no model call (the tool a model would call never
   runs), the store's notice the only message, the resume timer set for the next UTC day
   (tests/agent/test_budget_kit.py and test_budgets_loop.py answer the kept input then).
+
+The two rows about a worker's fate (a fenced run's write never runs; a committed write runs
+once after its worker is SIGKILLed) are in tests/agent/test_loops_propose_writes.py for the
+kit loops and in the fault scenarios for claude: what a loop must show there is that its
+writes leave only as proposals, and that is checked in process.
 """
 
 from __future__ import annotations
