@@ -48,6 +48,16 @@ _RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval
 # past it the next ring sends a message of its own.
 QUEUED_MARKER = f"wakeful:{RUNS_QUEUE}:queued"
 
+# Per inbox: "a sweep's ring for it is queued and has not started". A queued sweep ring
+# stands for the next sweeps' until its task starts (``swept_started``); one that expired
+# unstarted, behind busy workers, holds the inbox's next ring back for SWEPT_HOLDS of its
+# lifetimes. Rung anew every sweep instead, a short interval over hundreds of stale inboxes
+# (a dense worker killed with 300 runs in flight, the sweep every 0.5 s) queued rings faster
+# than a worker could even drop the expired ones, and every ring expired in the queue: a
+# livelock (tests/runtime/test_runtime_dense_faults.py at WAKEFUL_TEST_DENSE_SCALE=300).
+SWEPT_PREFIX = f"wakeful:{RUNS_QUEUE}:swept:"
+SWEPT_HOLDS = 10
+
 # How many recruits a dense worker's drainers may have on their way at once. A recruit
 # starts a run (its take) one broker round trip after it is rung, so on one marker a burst's
 # runs start one round trip apart (docs/performance.md, "Measurements behind the design").
@@ -92,9 +102,37 @@ def ring_many(inboxes: Iterable[str], expires: float | None = None, drain: bool 
     if names and expires is None and _marker() is not None:
         ring(names[0], drain=len(names) > 1)
         return len(names)
-    for inbox in names:
+    for inbox in names if expires is None else _without_a_queued_ring(names, expires):
         ring(inbox, expires=expires, drain=drain)
     return len(names)
+
+
+def _without_a_queued_ring(names: list[str], expires: float) -> list[str]:
+    """Of ``names``, those with no sweep ring queued (``SWEPT_PREFIX``), each now marked; all
+    of them when Redis cannot say (the embedded broker, or Redis away: the send fails and
+    says so)."""
+    marker = _marker()
+    if marker is None:
+        return names
+    try:
+        with marker.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.set(SWEPT_PREFIX + name, 1, nx=True, px=int(expires * SWEPT_HOLDS * 1000))
+            fresh = pipe.execute()
+    except Exception as exc:  # noqa: BLE001 - ringing too often beats not ringing
+        log.warning("sweep markers not set (%s: %s); ringing every inbox", type(exc).__name__, exc)
+        return names
+    return [name for name, marked in zip(names, fresh) if marked]
+
+
+def swept_started(inbox: str) -> None:
+    """A sweep's ring for ``inbox`` started: the next sweep may ring it again."""
+    marker = _marker()
+    if marker is not None:
+        try:
+            marker.delete(SWEPT_PREFIX + inbox)
+        except Exception as exc:  # noqa: BLE001 - the marker expires on its own
+            log.warning("sweep marker not cleared (%s: %s)", type(exc).__name__, exc)
 
 
 def ring_backlog(inbox: str) -> None:

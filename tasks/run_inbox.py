@@ -160,6 +160,8 @@ def run_inbox(self, inbox: Any = None, drain: bool = False, lane: int | None = N
     if not (isinstance(lane, int) and 0 <= lane < doorbell.RECRUIT_LANES):
         lane = None  # not a lane a ring sends: a plain ring
     drain = doorbell.started(lane) or drain or lane is not None
+    if self.request.expires and isinstance(inbox, str):
+        doorbell.swept_started(inbox)  # only the sweep's rings expire
     backlog = None
     if drain:
         until = min(time.monotonic() + settings.drain_seconds, deadline - settings.run_time_limit / 2)

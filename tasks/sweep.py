@@ -19,7 +19,8 @@ from tasks.application import runtime_settings
 @app.task(name="wakeful.sweep")
 def sweep() -> dict[str, Any]:
     inboxes = get_store().runs.sweep_candidates()
-    # Each ring expires when the next sweep is due: that sweep rings again if still needed.
+    # Each ring expires when the next sweep is due: a later sweep rings again if still needed,
+    # but not while this one is queued unstarted (tasks/doorbell.py, SWEPT_PREFIX).
     # Its rings stand for lost doorbells, so each task drains the backlog from the database
     # once its inbox is idle: a flushed broker's backlog does not wait for sweep after sweep.
     return {"inboxes_rung": ring_many(inboxes, expires=max(runtime_settings().sweep_interval, 1.0), drain=True)}

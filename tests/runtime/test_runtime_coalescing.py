@@ -23,7 +23,7 @@ import redis
 
 from wakeful.cli.processes import CONTROL_QUEUES, RUN_POOL, RUN_QUEUES
 from tasks.celeryconfig import DEFAULT_QUEUE, OUTBOX_QUEUE, RUNS_QUEUE
-from tasks.doorbell import QUEUED_MARKER
+from tasks.doorbell import QUEUED_MARKER, SWEPT_PREFIX
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
 REDIS_PG = [pytest.param("redis_pg", marks=[pytest.mark.postgres, pytest.mark.redis])]
@@ -95,6 +95,42 @@ def test_a_marker_past_its_expiry_stands_for_nothing(make_cluster) -> None:
     assert _run_rings(c) == 1  # a's message still queued, unstarted
     c.ingest("b", "chat", "m-1", {"text": "hi", "silent": True})
     c.wait(lambda: _run_rings(c) == 2, "a second message once the marker expired")
+
+
+@pytest.mark.parametrize("backend", REDIS_PG)
+def test_a_sweep_rings_an_inbox_again_only_once_its_queued_ring_started(make_cluster) -> None:
+    """Stale inboxes and no run worker yet: each sweep finds them all, but an inbox whose sweep
+    ring is queued gets no second one until a worker started it. Rung anew every sweep
+    instead, hundreds of stale inboxes and a short interval queued rings faster than a worker
+    could drop the expired ones (tasks/doorbell.py ``SWEPT_PREFIX``)."""
+    c = make_cluster(run_workers=0, beat=False, env={**QUIET, "WAKEFUL_SWEEP_INTERVAL": "30"})
+    inboxes = [f"stale-{i}" for i in range(5)]
+    for inbox in inboxes:
+        c.ingest(inbox, "chat", "m-1", {"text": "hi", "silent": True})
+    c.wait(lambda: _all_taken(c, DEFAULT_QUEUE) and all(c.store.events(i) for i in inboxes), "the events stored")
+
+    def sweep_rings() -> list[str]:
+        return sorted(args for args in (_args_of(raw) for raw in _broker(c).lrange(RUNS_QUEUE, 0, -1)) if args)
+
+    for _ in range(3):
+        assert c.send("wakeful.sweep", want_result=True) == {"inboxes_rung": 5}
+        assert sweep_rings() == inboxes  # the queued rings stand for every later sweep's
+    # One that expired unstarted holds the next ring back for ten of its lifetimes.
+    assert all(30_000 < _broker(c).pttl(SWEPT_PREFIX + i) <= 300_000 for i in inboxes)
+    runs = c.procs.worker("runs", RUN_QUEUES, concurrency=4, pool=RUN_POOL)
+    c.procs.wait_ready(runs)
+    c.wait(lambda: all(c.settled(i, 1) for i in inboxes), "the stale inboxes served")
+    assert not any(_broker(c).exists(SWEPT_PREFIX + i) for i in inboxes)  # started: may be rung again
+
+
+def _args_of(raw: bytes) -> str | None:
+    """A sweep ring's inbox (a message with an expiry), else None."""
+    message = json.loads(raw)
+    headers = message.get("headers") or {}
+    if headers.get("task") != "wakeful.run_inbox" or headers.get("expires") is None:
+        return None
+    args, _, _ = json.loads(base64.b64decode(message["body"]))
+    return args[0]
 
 
 @pytest.mark.parametrize("backend", REDIS_PG)
