@@ -18,6 +18,10 @@ Quick and deterministic, with payload switches for the poison scenario:
 - ``ask``: one call to the model (the real SDK, no retries of its own, against the scripted
   Messages API at ``WAKEFUL_TEST_MODEL_URL``), whose reply is the run's message; the API
   away is the claude agent's "try later" (agent.claude.model_reply).
+
+``async_agent`` is the same agent written ``async def`` (``WAKEFUL_AGENT=fault_agents:async_agent``):
+its ``sleep`` and ``hold`` are awaited on the worker process's event loop, as an agent on an
+async SDK awaits its model; every other switch is the sync agent's.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from store import Message, Outcome
 from wakeful.agent import Run
 
 
-def agent(run: Run) -> Outcome:
+def agent(run: Run, waited: bool = False) -> Outcome:
     messages = []
     for event in run.events:
         p = event.payload or {}
@@ -42,10 +46,10 @@ def agent(run: Run) -> Outcome:
             os._exit(13)
         if p.get("hang"):
             time.sleep(float(p["hang"]))
-        if p.get("sleep"):
+        if p.get("sleep") and not waited:
             _announce_in_agent(run, event)
-            time.sleep(float(p["sleep"] if event.attempts < 2 else p.get("sleep_retry", p["sleep"])))
-        if p.get("hold"):
+            time.sleep(_sleep_of(p, event))
+        if p.get("hold") and not waited:
             _announce_in_agent(run, event)
             while not os.path.exists(str(p["hold"])):
                 time.sleep(0.05)
@@ -61,6 +65,27 @@ def agent(run: Run) -> Outcome:
         if p.get("ask"):
             messages.append(Message(_ask(str(p["ask"]))))
     return Outcome(messages=messages)
+
+
+async def async_agent(run: Run) -> Outcome:
+    import asyncio
+
+    for event in run.events:
+        p = event.payload or {}
+        if p.get("exit"):
+            os._exit(13)  # on the loop: the process goes, with every run it carries
+        if p.get("sleep"):
+            _announce_in_agent(run, event)
+            await asyncio.sleep(_sleep_of(p, event))
+        if p.get("hold"):
+            _announce_in_agent(run, event)
+            while not os.path.exists(str(p["hold"])):
+                await asyncio.sleep(0.05)
+    return agent(run, waited=True)
+
+
+def _sleep_of(p: dict, event) -> float:  # type: ignore[no-untyped-def, type-arg]
+    return float(p["sleep"] if event.attempts < 2 else p.get("sleep_retry", p["sleep"]))
 
 
 def _announce_in_agent(run: Run, event) -> None:  # type: ignore[no-untyped-def]

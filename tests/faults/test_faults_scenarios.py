@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+import dense_scenario
 import scenarios
 from checker import COUNTS
 
@@ -102,6 +103,7 @@ def test_13_the_model_api_down_costs_no_attempt_and_loses_no_question(make_stack
 
 
 def test_14_a_dense_worker_killed_and_a_poison_that_exits_it(make_stack, rng: random.Random) -> None:
-    result = scenarios.dense_worker_faults(make_stack, rng)
+    # The async agent's phases run in tests/runtime/test_runtime_dense_faults.py, at 500 and 200.
+    result = scenarios.dense_worker_faults(make_stack, rng, agents=(dense_scenario.SYNC_AGENT,))
     _assert_clean(result)
     assert result.measured["dead"] == 1  # the poison event, alone
