@@ -15,6 +15,11 @@ the app reading the body is told the client left (it never sees a body cut short
 An answer is never cut by either timer: one the app has begun is finished, then the
 connection closed. A body's size is the app's to bound (wakeful/web/body.py, wakeful/proxy/app.py).
 
+Several processes (``processes``, the proxy's WAKEFUL_PROXY_PROCESSES) are uvicorn's own
+workers: the parent binds the socket, spawns the children that accept on it, and restarts one
+that dies. A spawned child imports what it runs, so the app is then a factory's import string
+and the protocol a picklable ``partial`` of this module's class (not a class made at run time).
+
 ``limit_concurrency`` is deliberately not set: uvicorn counts every open connection against
 it, half-sent ones included, and answers 503 to whole requests beyond it, so a slow client
 would turn everyone else's requests into 503s. Put a buffering reverse proxy in front (it
@@ -24,6 +29,7 @@ bounds connections and sends each request whole); these timers are the floor wit
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 import h11
@@ -31,6 +37,11 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 _TOO_SLOW = b"the request was not complete in time\n"
+# Seconds a child has to answer its parent's ping (several processes), else it is killed and
+# replaced. A spawned child answers only once it has imported what it runs (SQLAlchemy and all:
+# seconds on a busy small host), and uvicorn's 5 s killed one at its start on 2 loaded cores. A
+# child that exits is replaced at once whatever this is; only a hung one waits this long.
+_CHILD_ANSWERS_WITHIN = 30
 
 
 class RequestsInTime(H11Protocol):
@@ -39,12 +50,14 @@ class RequestsInTime(H11Protocol):
     the server started waiting for them, or whose request is not complete ``request_timeout``
     seconds after it began (408 when nothing was answered yet)."""
 
-    header_timeout: float = 10.0
-    request_timeout: float = 10.0
     _timer: asyncio.TimerHandle | None = None
     _waiting_since_cycle: Any = None  # while waiting for headers: the cycle before them
     _reading_body = False  # headers complete, body not yet
     _began: float | None = None  # loop time of the request's first byte
+
+    def __init__(self, *args: Any, header_timeout: float, request_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout, self.request_timeout = header_timeout, request_timeout
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -119,11 +132,14 @@ class RequestsInTime(H11Protocol):
 
 
 def run(app: Any, *, host: str, port: int, header_timeout: float, request_timeout: float,
-        **options: Any) -> None:
+        processes: int = 1, **options: Any) -> None:
     """Serve ``app`` as both processes are served: no access log (it prints query strings,
     which carry tokens), no Server header, 5 s keep-alive, headers within ``header_timeout``,
-    the whole request within ``request_timeout``."""
-    protocol = type("RequestsInTime", (RequestsInTime,), {"header_timeout": header_timeout,
-                                                          "request_timeout": request_timeout})
-    uvicorn.run(app, host=host, port=port, http=protocol, access_log=False, server_header=False,
-                timeout_keep_alive=5, **options)
+    the whole request within ``request_timeout``. ``app`` is an ASGI app, or the import string
+    (``module:function``) of a factory called in the process that serves: required for more
+    than one ``processes``, since each is spawned and makes its own."""
+    # A partial of an importable class, not a class made here: a spawned child unpickles it.
+    protocol = partial(RequestsInTime, header_timeout=header_timeout, request_timeout=request_timeout)
+    uvicorn.run(app, host=host, port=port, http=protocol,  # type: ignore[arg-type] - called as a class is
+                factory=isinstance(app, str), workers=processes, access_log=False, server_header=False,
+                timeout_keep_alive=5, timeout_worker_healthcheck=_CHILD_ANSWERS_WITHIN, **options)

@@ -609,6 +609,13 @@ class ProxySettings(_Settings):
     # them must not become a flood of writes. Beyond it they are answered, logged and counted
     # (``refusals_unrecorded`` in /healthz). A caller with a live grant is always recorded.
     refusals_per_second: PerSecond = 20.0
+    # Processes serving the one address (uvicorn's workers: the parent binds it and restarts
+    # a child that dies). One process is about one core at ~5 ms of CPU a call (the interpreter
+    # lock), 100-200 calls a second; 1 because that carries a small host's workers and leaves
+    # the other cores to them. Raise it to the cores the proxy may use. Each process opens its
+    # own store pool, 4 database connections and 4 more at a peak (N x 4 to N x 8 in all; the
+    # parent opens none), and keeps its own refusal budget (N x refusals_per_second).
+    processes: Positive = 1
 
     @field_validator("url")
     @classmethod

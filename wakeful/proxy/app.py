@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
@@ -381,7 +382,10 @@ def create_app(routes: Mapping[str, Route], store: Any, settings: ProxySettings 
             await anyio.to_thread.run_sync(store.transactions.ping)
         except Exception as exc:  # noqa: BLE001 - any failure means the store is down
             return JSONResponse({"store": f"down ({type(exc).__name__})"}, status_code=503)
-        return JSONResponse({"store": "ok", "routes": sorted(proxy.routes), "refusals_unrecorded": proxy.unrecorded})
+        # "process": which of the proxy's processes answered (WAKEFUL_PROXY_PROCESSES); the
+        # refusals unrecorded are that process's.
+        return JSONResponse({"store": "ok", "routes": sorted(proxy.routes), "refusals_unrecorded": proxy.unrecorded,
+                             "process": os.getpid()})
 
     return Starlette(routes=[StarletteRoute("/healthz", healthz, methods=["GET"]), Mount("", app=proxy)],
                      lifespan=lifespan)
