@@ -1,7 +1,7 @@
 """Scenario 14: runs that share a process (issue 22 item 3), shared by CI, the soak and
 tests/runtime/test_runtime_dense_faults.py; each phase with a sync agent and with an async
 one (the soak runs both; CI's scenario test runs the sync one, the dense fault tests the async
-one at a thousand runs' scale).
+one at 100 and 50 runs, 500 and 200 on demand).
 
 A dense run worker (Celery's threads pool: every run in flight in one process) is
 SIGKILLed with at least 50 runs inside the agent: a fresh worker runs each of their events
