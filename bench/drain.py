@@ -152,9 +152,13 @@ def _sample(pid: int, peak: dict[int, int]) -> None:
 def setup_procrastinate(ctx: Context) -> str:
     db = env.create_database("wakeful_bench_procrastinate")
     os.environ["BENCH_PROCRASTINATE_DSN"] = env.pg_conninfo(db)
+    import importlib
+
     from bench import procrastinate_peer as peer
 
-    peer.app.connector.conninfo = env.pg_conninfo(db)  # in case it was imported earlier
+    # Its app reads BENCH_PROCRASTINATE_DSN when the module is imported, and the agents section
+    # imports it before this database exists: imported again, on this one.
+    importlib.reload(peer)
     peer.app.open()
     peer.app.schema_manager.apply_schema()
     return db
